@@ -1,0 +1,1 @@
+"""csa-jax: multi-turn LLM agent RL with Counterfactual Step Advantage, in JAX."""

@@ -1,0 +1,79 @@
+"""One protocol for text environments (host side, never inside jit).
+
+Every environment the trainer can use implements `TextEnv`: reset to a task by split and
+index, then step with the action text the policy wrote. Both return a `StepResult`, whose
+`StepInfo` carries what the trainer and the metrics need besides the observation: the task
+description, the admissible actions, the anchor observation (current state without
+history, for GiGPO's step groups), whether the task is won, whether the action was valid,
+and an oracle step label where the environment can compute one soundly.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class StepInfo:
+  """What an environment knows about the state after reset or step."""
+
+  task: str
+  admissible_actions: tuple[str, ...]
+  # The current observation with no history; equal anchors within a task group are the
+  # "same state" for GiGPO.
+  anchor: str
+  won: bool = False
+  # False when the engine rejected or did not understand the action.
+  action_valid: bool = True
+  # Oracle step label of the step just taken (None after reset or where none exists);
+  # each environment documents what its label means (e.g. decrease in distance to goal).
+  oracle_label: float | None = None
+  # True when the episode ended for a reason other than the task (step limit, error).
+  truncated: bool = False
+  error: str | None = None
+  extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+  observation: str
+  reward: float
+  done: bool
+  info: StepInfo
+
+
+class TextEnv(abc.ABC):
+  """A text environment with deterministic, indexed tasks."""
+
+  # Splits this environment serves, e.g. ("train", "dev", "test").
+  splits: tuple[str, ...] = ("train", "dev", "test")
+
+  @abc.abstractmethod
+  def num_tasks(self, split: str) -> int:
+    """How many tasks `split` holds; reset takes an index below this."""
+
+  @abc.abstractmethod
+  def reset(self, split: str, index: int) -> StepResult:
+    """Starts task `index` of `split`; the same (split, index) always gives the same task."""
+
+  @abc.abstractmethod
+  def step(self, action: str) -> StepResult:
+    """Sends the action text as is; an invalid action is reported, never raised."""
+
+  @abc.abstractmethod
+  def expert_action(self) -> str | None:
+    """The environment's expert's next action from the current state (None if unknown).
+
+    At least valid along an expert trajectory started at reset; used for demonstrations.
+    """
+
+  def close(self) -> None:
+    """Frees engine resources (JVMs, processes)."""
+
+  def __enter__(self) -> TextEnv:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

@@ -1,0 +1,1 @@
+"""Experiments by name: each module here registers its named configs."""
