@@ -1,0 +1,36 @@
+# Two commands do all the set-up on a fresh machine (python3 >= 3.11, Java 17):
+#   make run    creates .venv, installs requirements.txt, runs `python launch.py` (quickstart)
+#   make test   creates .venv, installs requirements-test.txt, runs the default test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test test-slow bench venv
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.req-stamp: requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.test-stamp: requirements-test.txt $(VENV)/.req-stamp
+	$(BIN)/python -m pip install -q -r requirements-test.txt
+	touch $@
+
+venv: $(VENV)/.req-stamp
+
+run: $(VENV)/.req-stamp
+	$(BIN)/python launch.py $(ARGS)
+
+# pytest exits 5 when it collected no test: that is a failure here, not a pass.
+test: $(VENV)/.test-stamp
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "no tests ran: failing"; exit 1; fi; exit $$rc
+
+test-slow: $(VENV)/.test-stamp
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+bench: $(VENV)/.test-stamp
+	for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

@@ -1,0 +1,250 @@
+"""Frozen, typed experiment configs and `--set key=value` overrides.
+
+Style after big_vision / Levanter: an experiment is a tree of frozen dataclasses built
+by a Python function; the command line may only replace existing leaves, with values
+parsed to the leaf's declared type. Anything else is a `ConfigError` whose message names
+the bad key or value and what is valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, Mapping
+
+from csa_jax.model import ModelConfig
+
+
+class ConfigError(ValueError):
+  """A config key or value that is not valid; the message says what is."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+  """Which registered environment, and the keyword arguments for `make_env`."""
+
+  name: str = "twx"
+  kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  train_split: str = "train"
+  eval_split: str = "test"
+  # Task indices used for training are 0 .. num_train_tasks-1 of train_split.
+  num_train_tasks: int = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerConfig:
+  # "bpe": a byte-level BPE trained on the environment's own text (tiny models);
+  # "hf": a tokenizer.json from `path` (pretrained checkpoints).
+  kind: str = "bpe"
+  vocab_size: int = 1024
+  path: str = ""
+  # Expert episodes of the train split whose text trains the BPE.
+  corpus_episodes: int = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+  tasks_per_iter: int = 4  # B
+  group_size: int = 8  # G
+  max_turns: int = 12  # T
+  history_turns: int = 2
+  max_prompt_tokens: int = 192
+  max_action_tokens: int = 8
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0
+  num_envs: int = 32
+  step_timeout_s: float = 60.0
+  # logp of a step = sum (or mean) over its action tokens, recorded at sampling time.
+  logp_reduce: str = "sum"
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgoConfig:
+  estimator: str = "csa"
+  lam: float = 0.5
+  gamma: float = 0.95
+  w: float = 1.0
+  eps: float = 1e-6
+  std_normalize: bool = True
+  clip_low: float = 0.2
+  clip_high: float = 0.2
+  dual_clip: float = 0.0  # 0 disables; DAPO/verl use 3.0
+  loss_agg: str = "token-mean"
+  kl_coef: float = 0.0
+  kl_kind: str = "k3"
+  entropy_coef: float = 0.0
+  # DAPO dynamic sampling: drop groups whose rewards are all equal.
+  dynamic_sampling: bool = False
+  epochs: int = 1
+  minibatch_size: int = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  learning_rate: float = 3e-4
+  warmup_steps: int = 0
+  weight_decay: float = 0.0
+  grad_clip: float = 1.0
+  b1: float = 0.9
+  b2: float = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  num_demos: int = 100
+  epochs: int = 4
+  batch_size: int = 64
+  learning_rate: float = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  num_episodes: int = 100
+  greedy: bool = True
+  # Evaluate every this many RL iterations (0: only before and after RL).
+  every: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+  name: str = "unnamed"
+  seed: int = 0
+  mesh: str = "1x1"
+  env: EnvConfig = EnvConfig()
+  tokenizer: TokenizerConfig = TokenizerConfig()
+  model: ModelConfig = dataclasses.field(default_factory=lambda: ModelConfig.tiny(vocab_size=1024))
+  rollout: RolloutConfig = RolloutConfig()
+  algo: AlgoConfig = AlgoConfig()
+  optim: OptimConfig = OptimConfig()
+  sft: SFTConfig = SFTConfig()
+  eval: EvalConfig = EvalConfig()
+  rl_iterations: int = 20
+  checkpoint_every: int = 5
+  log_every: int = 1
+
+
+# ----------------------------------------------------------------------------------------
+# Overrides.
+
+
+def _leaf_type(cls: type, name: str) -> Any:
+  return typing.get_type_hints(cls)[name]
+
+
+def _parse(text: str, typ: Any, key: str) -> Any:
+  """Parses `text` as a value of the declared type `typ`."""
+  origin = typing.get_origin(typ)
+  args = typing.get_args(typ)
+  if origin in (typing.Union, types.UnionType):
+    errors = []
+    if type(None) in args and text.lower() in ("none", "null"):
+      return None
+    for a in args:
+      if a is type(None):
+        continue
+      try:
+        return _parse(text, a, key)
+      except ConfigError as e:
+        errors.append(str(e))
+    raise ConfigError(errors[0])
+  if typ is bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+      return True
+    if text.lower() in ("0", "false", "no", "off"):
+      return False
+    raise ConfigError(f"--set {key}={text}: expected a bool (true/false)")
+  if typ in (int, float):
+    try:
+      value = typ(text)
+    except ValueError:
+      raise ConfigError(f"--set {key}={text}: expected {typ.__name__}") from None
+    return value
+  if typ is str:
+    return text
+  if origin is tuple:
+    parts = [p for p in text.split(",") if p] if text else []
+    inner = args[0] if args else str
+    return tuple(_parse(p, inner, key) for p in parts)
+  raise ConfigError(f"--set {key}: cannot override a field of type {typ}")
+
+
+def _parse_free(text: str) -> Any:
+  """A value for an untyped mapping entry (env kwargs): JSON if it parses, else text."""
+  try:
+    return json.loads(text)
+  except json.JSONDecodeError:
+    return text
+
+
+def override(cfg: Any, key: str, text: str, _prefix: str = "") -> Any:
+  """Returns `cfg` with the leaf at dotted `key` replaced by `text` parsed to its type."""
+  head, _, rest = key.partition(".")
+  full = _prefix + head
+  if isinstance(cfg, Mapping):
+    if rest:
+      raise ConfigError(f"--set {full}.{rest}: {full} is a plain value")
+    new = dict(cfg)
+    new[head] = _parse_free(text)
+    return new
+  fields = {f.name: f for f in dataclasses.fields(cfg)}
+  if head not in fields:
+    raise ConfigError(
+        f"unknown config key {full!r}; valid keys here: {', '.join(sorted(fields))}")
+  current = getattr(cfg, head)
+  if rest:
+    if not (dataclasses.is_dataclass(current) or isinstance(current, Mapping)):
+      raise ConfigError(f"--set {full}.{rest}: {full} is a plain value, not a section")
+    value = override(current, rest, text, _prefix=full + ".")
+  else:
+    if dataclasses.is_dataclass(current) or isinstance(current, Mapping):
+      sub = [f.name for f in dataclasses.fields(current)] if dataclasses.is_dataclass(
+          current) else list(current)
+      raise ConfigError(f"--set {full}: a section; set one of {full}.{{{', '.join(sub)}}}")
+    value = _parse(text, _leaf_type(type(cfg), head), full)
+  try:
+    return dataclasses.replace(cfg, **{head: value})
+  except (ValueError, TypeError) as e:
+    raise ConfigError(f"--set {full}={text}: {e}") from None
+
+
+def apply_overrides(cfg: ExperimentConfig, pairs: list[str]) -> ExperimentConfig:
+  for pair in pairs:
+    if "=" not in pair:
+      raise ConfigError(f"--set expects key=value, got {pair!r}")
+    key, text = pair.split("=", 1)
+    cfg = override(cfg, key.strip(), text.strip())
+  return validate(cfg)
+
+
+def validate(cfg: ExperimentConfig) -> ExperimentConfig:
+  """Cross-field checks that no single dataclass can make."""
+  r, a = cfg.rollout, cfg.algo
+  checks = [
+      (r.group_size >= 2, f"rollout.group_size must be >= 2 (got {r.group_size}): "
+       "group-relative advantages need at least two rollouts per task"),
+      (r.tasks_per_iter >= 1, "rollout.tasks_per_iter must be >= 1"),
+      (r.num_envs >= 1, "rollout.num_envs must be >= 1"),
+      (r.max_turns >= 1, "rollout.max_turns must be >= 1"),
+      (r.logp_reduce in ("sum", "mean"), "rollout.logp_reduce must be 'sum' or 'mean'"),
+      (r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
+       f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
+       f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
+       f"{cfg.model.max_seq_len}"),
+      (cfg.tokenizer.kind in ("bpe", "hf"), "tokenizer.kind must be 'bpe' or 'hf'"),
+      (a.loss_agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
+       "algo.loss_agg must be token-mean, seq-mean-token-mean or seq-mean-token-sum"),
+      (a.epochs >= 1 and a.minibatch_size >= 1, "algo.epochs and algo.minibatch_size must be >= 1"),
+      (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
+  ]
+  for ok, msg in checks:
+    if not ok:
+      raise ConfigError(msg)
+  return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+  """A JSON-ready view of a config tree."""
+  return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))

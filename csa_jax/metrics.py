@@ -1,0 +1,122 @@
+"""Metrics (host side): what the proposal measures, and where it is written.
+
+- success rate and episode length of a set of trajectories;
+- step-level credit accuracy: the rank correlation between the per-step advantages an
+  estimator gives and the environment's oracle step labels (e.g. ALFWorld's decrease in
+  planner distance to the goal), over the steps that have a label;
+- writers: JSONL (one object per line, flushed each write, so a crash loses nothing
+  written), TensorBoard events, and a PNG learning curve (success vs env steps).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from csa_jax.rollout import Trajectory
+
+
+def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+  n = max(len(trajs), 1)
+  steps = [s for t in trajs for s in t.steps]
+  return {
+      f"{prefix}/success": sum(t.won for t in trajs) / n,
+      f"{prefix}/episode_len": sum(t.length for t in trajs) / n,
+      f"{prefix}/episodes": float(len(trajs)),
+      f"{prefix}/env_steps": float(len(steps)),
+      f"{prefix}/invalid_action_frac": (sum(not s.valid for s in steps) / len(steps)
+                                        if steps else 0.0),
+      f"{prefix}/errors": float(sum(t.error is not None for t in trajs)),
+  }
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+  """Average ranks (ties share their mean rank), as in Spearman's rho."""
+  order = np.argsort(x, kind="stable")
+  ranks = np.empty(len(x), np.float64)
+  ranks[order] = np.arange(len(x), dtype=np.float64)
+  for v in np.unique(x):
+    sel = x == v
+    if sel.sum() > 1:
+      ranks[sel] = ranks[sel].mean()
+  return ranks
+
+
+def credit_accuracy(adv_BxGxT: np.ndarray, oracle_BxGxT: np.ndarray,
+                    mask_BxGxT: np.ndarray) -> dict[str, float]:
+  """Spearman correlation of advantages with oracle labels over labelled steps.
+
+  NaN where fewer than 3 labelled steps exist or either side is constant.
+  """
+  sel = mask_BxGxT.astype(bool) & np.isfinite(oracle_BxGxT)
+  a, o = np.asarray(adv_BxGxT, np.float64)[sel], np.asarray(oracle_BxGxT, np.float64)[sel]
+  out = {"credit/labelled_steps": float(sel.sum()), "credit/spearman": float("nan")}
+  if len(a) >= 3 and a.std() > 0 and o.std() > 0:
+    out["credit/spearman"] = float(np.corrcoef(_ranks(a), _ranks(o))[0, 1])
+  return out
+
+
+class MetricsWriter:
+  """Appends metrics to `metrics.jsonl` and TensorBoard events under `workdir`."""
+
+  def __init__(self, workdir: str, tensorboard: bool = True):
+    os.makedirs(workdir, exist_ok=True)
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self._f = open(self.path, "a")
+    self._tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter
+      self._tb = SummaryWriter(os.path.join(workdir, "tb"))
+
+  def write(self, step: int, metrics: dict[str, Any]) -> None:
+    clean = {k: float(v) for k, v in metrics.items()}
+    self._f.write(json.dumps({"step": int(step), **clean}) + "\n")
+    self._f.flush()
+    if self._tb is not None:
+      for k, v in clean.items():
+        if np.isfinite(v):
+          self._tb.add_scalar(k, v, step)
+      self._tb.flush()
+
+  def close(self) -> None:
+    self._f.close()
+    if self._tb is not None:
+      self._tb.close()
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_learning_curve(jsonl_path: str, png_path: str, title: str = "") -> str:
+  """Success rate against cumulative training env steps: rollouts and evaluations."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  recs = read_jsonl(jsonl_path)
+  fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+  train = [(r["perf/env_steps_total"], r["rollout/success"]) for r in recs
+           if "rollout/success" in r and "perf/env_steps_total" in r]
+  if train:
+    x, y = zip(*train)
+    ax.plot(x, y, ".-", alpha=0.6, label="training rollouts (sampled)")
+  evals = [(r["perf/env_steps_total"], r["eval/success"]) for r in recs
+           if "eval/success" in r and "perf/env_steps_total" in r]
+  if evals:
+    x, y = zip(*evals)
+    ax.plot(x, y, "o-", color="black", label="held-out eval")
+  ax.set_xlabel("environment steps in RL training")
+  ax.set_ylabel("success rate")
+  ax.set_ylim(-0.02, 1.02)
+  ax.grid(alpha=0.3)
+  ax.legend(loc="best")
+  ax.set_title(title)
+  fig.tight_layout()
+  fig.savefig(png_path)
+  plt.close(fig)
+  return png_path

@@ -1,0 +1,212 @@
+"""Multi-turn episodes (host side): prompts, actions, `Trajectory` records.
+
+The loop follows verl-agent's multi-turn rollout: every turn, the prompts of all live
+episodes go through the policy in one batched call, and the environment pool steps
+them in parallel. The policy is any callable from prompt ids to action ids and their
+per-token log-probs (the jitted sampler, in training), so this file never touches jax.
+
+A prompt holds the task, the last few (action, observation) turns, the current
+observation and the admissible actions. Whatever the policy writes is sent to the
+environment as is: an unparsable or invalid action is the environment's business, and
+its feedback comes back as the next observation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Callable, Sequence
+
+import numpy as np
+
+from csa_jax.config import RolloutConfig
+from csa_jax.tokenizer import Tokenizer
+
+# (prompt ids per row, rng) -> (action ids per row, per-token log-probs per row); the
+# action ids include the end-of-action token when the policy wrote it.
+PolicyFn = Callable[[list[list[int]], np.random.Generator], tuple[list[list[int]], list[list[float]]]]
+
+
+@dataclasses.dataclass
+class Step:
+  prompt_ids: list[int]
+  action_ids: list[int]
+  action_logps: list[float]
+  action: str
+  observation: str  # what the agent saw before acting
+  reward: float
+  anchor_id: int  # hash of the anchor observation (GiGPO step groups)
+  valid: bool
+  oracle_label: float | None
+
+
+@dataclasses.dataclass
+class Trajectory:
+  task: tuple[str, int]  # (split, index)
+  steps: list[Step]
+  won: bool = False
+  truncated: bool = False
+  error: str | None = None
+
+  @property
+  def length(self) -> int:
+    return len(self.steps)
+
+
+# ----------------------------------------------------------------------------------------
+# Prompts.
+
+
+def prompt_text(task: str, history: Sequence[tuple[str, str]], observation: str,
+                admissible: Sequence[str]) -> tuple[str, str]:
+  """(header, body): the task line, and the turns, observation, actions and cue."""
+  header = f"Task: {task.strip()}\n"
+  # Past observations keep only their first sentence ("You are in the kitchen."): enough
+  # to tell where the agent was, short enough to keep several turns in a small window.
+  turns = "".join(f"> {a}\n{_first_sentence(o)}\n" for a, o in history)
+  actions = " | ".join(admissible)
+  body = f"{turns}Now: {observation.strip()}\nActions: {actions}\nAction:"
+  return header, body
+
+
+def _first_sentence(text: str, max_chars: int = 120) -> str:
+  text = text.strip()
+  cut = text.find(". ")
+  return (text if cut < 0 else text[:cut + 1])[:max_chars]
+
+
+def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
+                  observation: str, admissible: Sequence[str], *, history_turns: int,
+                  max_tokens: int) -> list[int]:
+  """Token ids of the prompt, at most `max_tokens` long.
+
+  Older turns are dropped first; if it is still too long the body loses its start, so
+  the observation's end, the admissible actions and the "Action:" cue always survive.
+  """
+  history = list(history)[-history_turns:] if history_turns > 0 else []
+  while True:
+    header, body = prompt_text(task, history, observation, admissible)
+    head_ids = tok.encode(header)[: max_tokens // 4]
+    body_ids = tok.encode(body)
+    if len(head_ids) + len(body_ids) <= max_tokens or not history:
+      break
+    history = history[1:]
+  room = max_tokens - len(head_ids)
+  return head_ids + body_ids[-room:]
+
+
+def anchor_id(anchor: str) -> int:
+  """A stable 31-bit id of an anchor observation (equal text, equal id)."""
+  return zlib.crc32(anchor.strip().encode()) & 0x7FFFFFFF
+
+
+def action_text(tok: Tokenizer, action_ids: Sequence[int]) -> str:
+  ids = [i for i in action_ids if i != tok.eos_id]
+  return tok.decode(ids).strip()
+
+
+# ----------------------------------------------------------------------------------------
+# Episodes.
+
+
+def run_episodes(pool, policy: PolicyFn, tok: Tokenizer, tasks: Sequence[tuple[str, int]],
+                 cfg: RolloutConfig, rng: np.random.Generator,
+                 on_wave: Callable[[int], None] | None = None) -> list[Trajectory]:
+  """Plays one episode per task, `pool.num_envs` at a time; results in task order.
+
+  The policy always gets `pool.num_envs` prompts (finished or idle slots send a one-token
+  dummy), so the jitted sampler sees a single shape for the whole run.
+  """
+  out: list[Trajectory] = []
+  n = pool.num_envs
+  for start in range(0, len(tasks), n):
+    wave = list(tasks[start:start + n])
+    out.extend(_run_wave(pool, policy, tok, wave, cfg, rng))
+    if on_wave is not None:
+      on_wave(len(wave))
+  return out
+
+
+def _run_wave(pool, policy: PolicyFn, tok: Tokenizer, tasks: list[tuple[str, int]],
+              cfg: RolloutConfig, rng: np.random.Generator) -> list[Trajectory]:
+  slots = list(range(len(tasks)))
+  results = pool.reset(slots, tasks)
+  trajs = [Trajectory(task=t, steps=[]) for t in tasks]
+  obs = [r.observation for r in results]
+  infos = [r.info for r in results]
+  history: list[list[tuple[str, str]]] = [[] for _ in tasks]
+  live = [not r.done for r in results]
+  for i, r in enumerate(results):
+    if r.done:  # a reset that failed
+      trajs[i].truncated, trajs[i].error = True, r.info.error
+  for _ in range(cfg.max_turns):
+    idx = [i for i in slots if live[i]]
+    if not idx:
+      break
+    prompts = [[tok.eos_id] for _ in range(pool.num_envs)]
+    for i in idx:
+      prompts[i] = encode_prompt(tok, infos[i].task, history[i], obs[i],
+                                 infos[i].admissible_actions,
+                                 history_turns=cfg.history_turns,
+                                 max_tokens=cfg.max_prompt_tokens)
+    action_ids, action_logps = policy(prompts, rng)
+    actions = [action_text(tok, action_ids[i]) for i in idx]
+    stepped = pool.step(idx, actions)
+    for i, a, r in zip(idx, actions, stepped):
+      trajs[i].steps.append(Step(
+          prompt_ids=prompts[i], action_ids=list(action_ids[i]),
+          action_logps=list(action_logps[i]), action=a, observation=obs[i],
+          reward=float(r.reward), anchor_id=anchor_id(infos[i].anchor),
+          valid=r.info.action_valid, oracle_label=r.info.oracle_label))
+      history[i].append((a, r.observation))
+      obs[i], infos[i] = r.observation, r.info
+      if r.done:
+        live[i] = False
+        trajs[i].won = bool(r.info.won)
+        trajs[i].truncated = bool(r.info.truncated) and not r.info.won
+        trajs[i].error = r.info.error
+  for i in slots:
+    if live[i]:  # ran out of turns
+      trajs[i].truncated = True
+  return trajs
+
+
+# ----------------------------------------------------------------------------------------
+# Padded [B, G, T] arrays for the advantage estimators.
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupArrays:
+  rewards_BxG: np.ndarray  # float32 outcome reward (1 if won)
+  logp_BxGxT: np.ndarray  # float32 step log-prob (sum or mean over action tokens)
+  mask_BxGxT: np.ndarray  # bool, step exists
+  step_rewards_BxGxT: np.ndarray  # float32, outcome reward on the last step
+  state_id_BxGxT: np.ndarray  # int32 anchor ids
+  oracle_BxGxT: np.ndarray  # float32 oracle labels, NaN where none
+
+
+def group_arrays(trajs: Sequence[Trajectory], num_groups: int, group_size: int,
+                 max_turns: int, logp_reduce: str = "sum") -> GroupArrays:
+  """Pads trajectories (ordered group by group) into [B, G, T] arrays."""
+  if len(trajs) != num_groups * group_size:
+    raise ValueError(f"expected {num_groups * group_size} trajectories, got {len(trajs)}")
+  shape = (num_groups, group_size, max_turns)
+  logp = np.zeros(shape, np.float32)
+  mask = np.zeros(shape, bool)
+  step_r = np.zeros(shape, np.float32)
+  sid = np.zeros(shape, np.int32)
+  oracle = np.full(shape, np.nan, np.float32)
+  rewards = np.zeros((num_groups, group_size), np.float32)
+  for k, tr in enumerate(trajs):
+    b, g = divmod(k, group_size)
+    rewards[b, g] = float(tr.won)
+    for t, st in enumerate(tr.steps[:max_turns]):
+      lp = np.asarray(st.action_logps, np.float64)
+      logp[b, g, t] = lp.sum() if logp_reduce == "sum" else lp.mean() if lp.size else 0.0
+      mask[b, g, t] = True
+      sid[b, g, t] = st.anchor_id
+      if st.oracle_label is not None:
+        oracle[b, g, t] = st.oracle_label
+    if tr.steps:
+      step_r[b, g, min(len(tr.steps), max_turns) - 1] = rewards[b, g]
+  return GroupArrays(rewards, logp, mask, step_r, sid, oracle)

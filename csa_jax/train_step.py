@@ -1,0 +1,104 @@
+"""The jitted updates: behaviour cloning and the PPO-style clipped policy step.
+
+Functional NNX (as in Tunix/MaxText): the model is split once into a static graph
+definition and a parameter pytree; the steps are pure functions of
+(TrainState, batch) -> (TrainState, metrics), jitted with the state donated, so XLA
+updates parameters and optimizer state in place. Batches are the fixed-shape arrays of
+`csa_jax.data` (position p predicts targets[p]; loss only where loss_mask is 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from csa_jax import losses
+from csa_jax.config import AlgoConfig, OptimConfig
+from csa_jax.model import token_logprobs
+
+Batch = dict[str, jax.Array]
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any  # nnx.State of nnx.Param
+  opt_state: optax.OptState
+
+
+def make_optimizer(cfg: OptimConfig, learning_rate: float | None = None,
+                   total_steps: int | None = None) -> optax.GradientTransformation:
+  lr = cfg.learning_rate if learning_rate is None else learning_rate
+  if cfg.warmup_steps > 0:
+    lr = optax.linear_schedule(0.0, lr, cfg.warmup_steps)
+  return optax.chain(
+      optax.clip_by_global_norm(cfg.grad_clip) if cfg.grad_clip > 0 else optax.identity(),
+      optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay),
+  )
+
+
+def init_state(params, tx: optax.GradientTransformation) -> TrainState:
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+
+def _logits(graphdef, params, batch: Batch) -> jax.Array:
+  model = nnx.merge(graphdef, params)
+  return model(batch["inputs"], attention_mask_BxT=batch["attn_mask"])
+
+
+def _apply(tx, state: TrainState, grads, metrics) -> tuple[TrainState, dict]:
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def make_sft_step(graphdef, tx) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
+  """Mean negative log-likelihood of the expert's action tokens."""
+
+  def loss_fn(params, batch):
+    logp_NxL = token_logprobs(_logits(graphdef, params, batch), batch["targets"])
+    mask = batch["loss_mask"]
+    nll = -(logp_NxL * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+    return nll, {"nll": nll}
+
+  def step(state: TrainState, batch: Batch):
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch)
+    return _apply(tx, state, grads, metrics)
+
+  return jax.jit(step, donate_argnums=0)
+
+
+def make_rl_step(graphdef, tx, algo: AlgoConfig):
+  """The clipped policy-gradient step; `ref_params` is used only when algo.kl_coef > 0."""
+
+  def loss_fn(params, batch, ref_params):
+    logits_NxLxV = _logits(graphdef, params, batch)
+    logp_NxL = token_logprobs(logits_NxLxV, batch["targets"])
+    mask = batch["loss_mask"]
+    loss, metrics = losses.clipped_policy_loss(
+        logp_NxL, batch["old_logp"], batch["adv"], mask,
+        clip_low=algo.clip_low, clip_high=algo.clip_high,
+        dual_clip=algo.dual_clip if algo.dual_clip > 0 else None, agg=algo.loss_agg)
+    metrics = dict(metrics, pg_loss=loss,
+                   entropy=losses.entropy_from_logits(logits_NxLxV, mask))
+    if algo.entropy_coef:
+      loss = loss - algo.entropy_coef * metrics["entropy"]
+    if algo.kl_coef:
+      ref_logp = jax.lax.stop_gradient(
+          token_logprobs(_logits(graphdef, ref_params, batch), batch["targets"]))
+      kl = losses.kl_penalty(logp_NxL, ref_logp, mask, kind=algo.kl_kind, agg=algo.loss_agg)
+      loss = loss + algo.kl_coef * kl
+      metrics["kl_ref"] = kl
+    return loss, metrics
+
+  def step(state: TrainState, batch: Batch, ref_params=None):
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch, ref_params)
+    return _apply(tx, state, grads, metrics)
+
+  return jax.jit(step, donate_argnums=0)

@@ -1,0 +1,325 @@
+"""The host loop: demonstrations -> tokenizer -> SFT -> RL with group advantages -> eval.
+
+Shape of one RL iteration (ARCHITECTURE.md): B tasks x G copies are played by the
+environment pool against the jitted sampler; the episodes become padded [B, G, T]
+arrays; a jitted estimator (CSA by default) turns them into per-step advantages; a grain
+pipeline turns steps into fixed-shape rows; the jitted clipped update runs over them.
+Everything that is saved (metrics, checkpoints, config, tokenizer, learning curve) lives
+under the work directory; a checkpoint after SFT and every few RL iterations makes a
+crashed run resumable with `--resume`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tqdm.auto import tqdm
+
+from csa_jax import advantages as adv_lib
+from csa_jax import data as data_lib
+from csa_jax import mesh as mesh_lib
+from csa_jax import metrics as metrics_lib
+from csa_jax import rollout as rollout_lib
+from csa_jax import sampling
+from csa_jax import train_step as ts
+from csa_jax.checkpoint import Checkpointer, CheckpointError
+from csa_jax.config import ExperimentConfig, to_dict
+from csa_jax.model import Decoder
+from csa_jax.tokenizer import Tokenizer, train_bpe
+from environments import demos as demos_lib
+from environments.pool import EnvPool
+
+
+# ----------------------------------------------------------------------------------------
+# Pieces the loop is made of.
+
+
+def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig) -> list[data_lib.Row]:
+  """Behaviour-cloning rows: every expert step, with the prompt the policy would see."""
+  rows = []
+  for rec in records:
+    history: list[tuple[str, str]] = []
+    for t, action in enumerate(rec["actions"]):
+      prompt = rollout_lib.encode_prompt(
+          tok, rec["task"], history, rec["observations"][t], rec["admissible"][t],
+          history_turns=cfg.rollout.history_turns, max_tokens=cfg.rollout.max_prompt_tokens)
+      action_ids = tok.encode(" " + action)[: cfg.rollout.max_action_tokens - 1] + [tok.eos_id]
+      rows.append(data_lib.sft_row(prompt, action_ids))
+      history.append((action, rec["observations"][t + 1] if t + 1 < len(rec["observations"])
+                      else ""))
+  return rows
+
+
+def demo_corpus(records) -> list[str]:
+  """The text a tokenizer is trained on: everything a prompt or an action can hold."""
+  texts = []
+  for rec in records:
+    texts.append(rec["task"])
+    texts.extend(rec["observations"])
+    texts.extend(" " + a for a in rec["actions"])
+    texts.extend(" | ".join(adm) for adm in rec["admissible"])
+  texts.append("Task: Now: Actions: Action: > |")
+  return texts
+
+
+def make_policy(graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *, greedy: bool,
+                key: jax.Array) -> rollout_lib.PolicyFn:
+  """Wraps the jitted sampler as a host-side policy over lists of token ids."""
+  scfg = sampling.SamplingConfig(
+      max_new_tokens=cfg.rollout.max_action_tokens, temperature=cfg.rollout.temperature,
+      top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, greedy=greedy,
+      stop_token_ids=(tok.eos_id,))
+  state = {"key": key}
+
+  def policy(prompts: list[list[int]], rng: np.random.Generator):
+    del rng  # the sampler's randomness comes from its own jax key stream
+    tokens, mask = sampling.left_pad(prompts, tok.pad_id, length=cfg.rollout.max_prompt_tokens)
+    state["key"], sub = jax.random.split(state["key"])
+    model = nnx.merge(graphdef, get_params())
+    out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub, cfg=scfg,
+                          pad_id=tok.pad_id)
+    ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
+                        np.asarray(out.lengths_B))
+    return ([ids[i, :lens[i]].tolist() for i in range(len(prompts))],
+            [logps[i, :lens[i]].tolist() for i in range(len(prompts))])
+
+  return policy
+
+
+def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str) -> tuple[dict, list]:
+  n = cfg.eval.num_episodes
+  tasks = [(cfg.env.eval_split, i) for i in range(n)]
+  with tqdm(total=n, desc=f"eval {label}", unit="ep", leave=False) as bar:
+    trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, cfg.rollout,
+                                     np.random.default_rng(0), on_wave=bar.update)
+  return metrics_lib.episode_metrics(trajs, "eval"), trajs
+
+
+def compute_advantages(arrays: rollout_lib.GroupArrays, algo) -> np.ndarray:
+  est = adv_lib.get_estimator(algo.estimator)
+  hp = dict(lam=algo.lam, gamma=algo.gamma, w=algo.w, eps=algo.eps,
+            std_normalize=algo.std_normalize)
+  adv = est(rewards_BxG=jnp.asarray(arrays.rewards_BxG), logp_BxGxT=jnp.asarray(arrays.logp_BxGxT),
+            mask_BxGxT=jnp.asarray(arrays.mask_BxGxT),
+            step_rewards_BxGxT=jnp.asarray(arrays.step_rewards_BxGxT),
+            state_id_BxGxT=jnp.asarray(arrays.state_id_BxGxT), **hp)
+  return np.asarray(adv)
+
+
+# ----------------------------------------------------------------------------------------
+# The run.
+
+
+@dataclasses.dataclass
+class Trainer:
+  cfg: ExperimentConfig
+  workdir: str
+  resume: bool = False
+
+  def __post_init__(self):
+    c = self.cfg
+    os.makedirs(self.workdir, exist_ok=True)
+    self.mesh = mesh_lib.make_mesh(c.mesh)
+    self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"))
+    if self.resume and self.ckpt.latest_step() is None:
+      raise CheckpointError(f"--resume: no checkpoint in {self.ckpt.directory}")
+    with open(os.path.join(self.workdir, "config.json"), "w") as f:
+      json.dump(to_dict(c), f, indent=2)
+    self.writer = metrics_lib.MetricsWriter(self.workdir)
+    self.np_rng = np.random.default_rng(c.seed)
+    self.env_steps = 0
+    self.summary: dict[str, Any] = {}
+
+  # -- set-up --------------------------------------------------------------------------
+
+  def _demos(self) -> list[dict]:
+    c = self.cfg
+    return demos_lib.load_or_build_demos(
+        c.env.name, dict(c.env.kwargs), split=c.env.train_split,
+        indices=range(c.sft.num_demos), data_dir=os.path.join(self.workdir, "demos"))
+
+  def _tokenizer(self, records) -> Tokenizer:
+    c = self.cfg
+    path = os.path.join(self.workdir, "tokenizer.json")
+    if os.path.exists(path):
+      return Tokenizer.load(path)
+    if c.tokenizer.kind == "hf":
+      tok = Tokenizer.load(c.tokenizer.path)
+    else:
+      tok = train_bpe(demo_corpus(records), c.tokenizer.vocab_size)
+    tok.save(self.workdir)
+    return tok
+
+  def _model(self, tok: Tokenizer):
+    c = self.cfg
+    if tok.vocab_size > c.model.vocab_size:
+      raise ValueError(f"tokenizer has {tok.vocab_size} tokens, model.vocab_size is "
+                       f"{c.model.vocab_size}")
+    model = Decoder(c.model, rngs=nnx.Rngs(c.seed))
+    mesh_lib.shard_model(model, self.mesh, mesh_lib.TRAIN_RULES)
+    graphdef, params = nnx.split(model, nnx.Param)
+    return graphdef, params
+
+  # -- phases --------------------------------------------------------------------------
+
+  def _sft(self, graphdef, params, tok, records) -> Any:
+    c = self.cfg
+    rows = demo_rows(records, tok, c)
+    seq_len = c.rollout.max_prompt_tokens + c.rollout.max_action_tokens
+    ds = data_lib.batches(rows, batch_size=c.sft.batch_size, seq_len=seq_len, pad_id=tok.pad_id,
+                          seed=c.seed, epochs=c.sft.epochs)
+    tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
+    state = ts.init_state(params, tx)
+    step = ts.make_sft_step(graphdef, tx)
+    metrics = {}
+    with tqdm(total=len(ds), desc="sft", unit="batch") as bar:
+      for batch in data_lib.iterate(ds):
+        state, metrics = step(state, self._to_device(batch))
+        bar.update()
+        bar.set_postfix(nll=f"{float(metrics['nll']):.3f}")
+    self.writer.write(0, {f"sft/{k}": float(v) for k, v in metrics.items()} |
+                      {"sft/rows": len(rows), "sft/demos": len(records)})
+    return state.params
+
+  def _to_device(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    sharding = mesh_lib.batch_sharding(self.mesh)
+    return {k: jax.device_put(v, sharding) for k, v in batch.items()}
+
+  def _sample_tasks(self) -> list[tuple[str, int]]:
+    c = self.cfg
+    idx = self.np_rng.choice(c.env.num_train_tasks, size=c.rollout.tasks_per_iter, replace=False)
+    return [(c.env.train_split, int(i)) for i in idx for _ in range(c.rollout.group_size)]
+
+  def _collect(self, pool, policy) -> tuple[list, rollout_lib.GroupArrays, int]:
+    """One batch of B groups; with dynamic sampling, groups whose rewards are all equal
+    are dropped and more are sampled (at most 3 rounds) to fill the batch."""
+    c, r = self.cfg, self.cfg.rollout
+    kept: list[list] = []
+    played = 0
+    for _ in range(3 if c.algo.dynamic_sampling else 1):
+      trajs = rollout_lib.run_episodes(pool, policy, self.tok, self._sample_tasks(), r, self.np_rng)
+      played += sum(t.length for t in trajs)
+      groups = [trajs[i:i + r.group_size] for i in range(0, len(trajs), r.group_size)]
+      if c.algo.dynamic_sampling:
+        groups = [g for g in groups if len({t.won for t in g}) > 1]
+      kept.extend(groups)
+      if len(kept) >= r.tasks_per_iter:
+        break
+    if not kept:  # every group uniform: nothing to learn from this round
+      return [], None, played
+    kept = kept[: r.tasks_per_iter]
+    flat = [t for g in kept for t in g]
+    arrays = rollout_lib.group_arrays(flat, len(kept), r.group_size, r.max_turns, r.logp_reduce)
+    return flat, arrays, played
+
+  def _rl_iteration(self, it, pool, policy, rl_step, state, ref_params):
+    c = self.cfg
+    t0 = time.perf_counter()
+    trajs, arrays, played = self._collect(pool, policy)
+    self.env_steps += played
+    m = {"perf/env_steps_total": self.env_steps, "perf/rollout_s": time.perf_counter() - t0}
+    if trajs:
+      m |= metrics_lib.episode_metrics(trajs, "rollout")
+      adv_BxGxT = compute_advantages(arrays, c.algo)
+      act = arrays.mask_BxGxT
+      m |= {"adv/mean": float(adv_BxGxT[act].mean()), "adv/std": float(adv_BxGxT[act].std()),
+            "adv/abs_max": float(np.abs(adv_BxGxT[act]).max())}
+      m |= metrics_lib.credit_accuracy(adv_BxGxT, arrays.oracle_BxGxT, act)
+      rows = data_lib.rl_rows(trajs, adv_BxGxT, c.rollout.group_size)
+      seq_len = c.rollout.max_prompt_tokens + c.rollout.max_action_tokens
+      ds = data_lib.batches(rows, batch_size=c.algo.minibatch_size, seq_len=seq_len,
+                            pad_id=self.tok.pad_id, seed=c.seed + it, epochs=c.algo.epochs)
+      t1 = time.perf_counter()
+      upd = {}
+      for batch in data_lib.iterate(ds):
+        state, upd = rl_step(state, self._to_device(batch), ref_params)
+      m |= {f"loss/{k}": float(v) for k, v in upd.items()}
+      m["perf/update_s"] = time.perf_counter() - t1
+    return state, m
+
+  def run(self) -> dict[str, Any]:
+    c = self.cfg
+    with EnvPool(c.env.name, dict(c.env.kwargs), c.rollout.num_envs,
+                 step_timeout_s=c.rollout.step_timeout_s) as pool:
+      records = self._demos()
+      self.tok = self._tokenizer(records)
+      graphdef, params = self._model(self.tok)
+      tx = ts.make_optimizer(c.optim)
+      state = ts.init_state(params, tx)
+      meta = {"phase": "start", "iteration": 0}
+      if self.resume:
+        state, meta = self.ckpt.restore(state)
+        self.env_steps = int(meta["env_steps"])
+        self.np_rng.bit_generator.state = meta["np_rng"]
+        self.summary = meta["summary"]
+        print(f"resumed from {self.ckpt.directory} at {meta['phase']} "
+              f"iteration {meta['iteration']}")
+      live = {"params": state.params}
+      key = jax.random.key(c.seed)
+      sample_policy = make_policy(graphdef, lambda: live["params"], self.tok, c, greedy=False,
+                                  key=jax.random.fold_in(key, 1))
+      eval_policy = make_policy(graphdef, lambda: live["params"], self.tok, c,
+                                greedy=c.eval.greedy, key=jax.random.fold_in(key, 2))
+
+      if meta["phase"] == "start":
+        params = self._sft(graphdef, state.params, self.tok, records)
+        state = ts.init_state(params, tx)
+        live["params"] = state.params
+        m, _ = evaluate(pool, eval_policy, self.tok, c, "SFT")
+        self.summary["sft"] = m
+        self.writer.write(0, m | {"perf/env_steps_total": 0})
+        meta = {"phase": "rl", "iteration": 0}
+        self._save(0, state, meta)
+      ref_params = jax.tree.map(jnp.copy, state.params) if c.algo.kl_coef else None
+      rl_step = ts.make_rl_step(graphdef, tx, c.algo)
+
+      start = int(meta["iteration"])
+      with tqdm(total=c.rl_iterations, initial=start, desc=f"rl ({c.algo.estimator})",
+                unit="it") as bar:
+        for it in range(start, c.rl_iterations):
+          state, m = self._rl_iteration(it, pool, sample_policy, rl_step, state, ref_params)
+          live["params"] = state.params
+          if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
+            em, _ = evaluate(pool, eval_policy, self.tok, c, f"it {it + 1}")
+            m |= em
+          self.writer.write(it + 1, m)
+          bar.update()
+          bar.set_postfix(success=f"{m.get('rollout/success', float('nan')):.2f}",
+                          steps=self.env_steps)
+          if (it + 1) % c.checkpoint_every == 0:
+            self._save(it + 1, state, {"phase": "rl", "iteration": it + 1})
+      m, _ = evaluate(pool, eval_policy, self.tok, c, "RL")
+      self.summary["rl"] = m
+      self.writer.write(c.rl_iterations, m | {"perf/env_steps_total": self.env_steps})
+      self._save(c.rl_iterations, state, {"phase": "done", "iteration": c.rl_iterations})
+    self.ckpt.close()
+    self.writer.close()
+    metrics_lib.plot_learning_curve(self.writer.path, os.path.join(self.workdir, "learning_curve.png"),
+                                    title=f"{c.name}: {c.algo.estimator}")
+    return self.summary
+
+  def _save(self, step: int, state, meta: dict) -> None:
+    meta = meta | {"env_steps": self.env_steps, "np_rng": self.np_rng.bit_generator.state,
+                   "summary": self.summary}
+    self.ckpt.save(step, state, json.loads(json.dumps(meta, default=float)))
+
+
+def summary_table(summary: dict[str, Any], split: str) -> str:
+  rows = [("policy", f"{split} success", "mean episode length", "episodes")]
+  for name, key in (("SFT", "sft"), ("SFT + RL", "rl")):
+    if key in summary:
+      m = summary[key]
+      rows.append((name, f"{m['eval/success']:.3f}", f"{m['eval/episode_len']:.2f}",
+                   f"{int(m['eval/episodes'])}"))
+  widths = [max(len(r[i]) for r in rows) for i in range(4)]
+  lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+  lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+  return "\n".join(lines)

@@ -1,0 +1,55 @@
+"""Config overrides: typed leaves, clear errors, frozen results."""
+
+import dataclasses
+
+import pytest
+
+import experiments
+from csa_jax.config import ConfigError, apply_overrides
+
+
+@pytest.fixture
+def cfg():
+  return experiments.get_experiment("quickstart")
+
+
+def test_overrides_parse_to_declared_types(cfg):
+  out = apply_overrides(cfg, ["rollout.group_size=4", "algo.lam=0.25", "algo.estimator=grpo",
+                              "algo.dynamic_sampling=true", "env.kwargs.step_limit=9",
+                              "env.kwargs.game=twc"])
+  assert out.rollout.group_size == 4 and isinstance(out.rollout.group_size, int)
+  assert out.algo.lam == 0.25 and out.algo.estimator == "grpo"
+  assert out.algo.dynamic_sampling is True
+  assert out.env.kwargs["step_limit"] == 9 and out.env.kwargs["game"] == "twc"
+  # The original is untouched (frozen, replaced not mutated).
+  assert cfg.rollout.group_size == 8 and cfg.env.kwargs["game"] == "coin"
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    out.rollout.group_size = 3
+
+
+@pytest.mark.parametrize("pair, needle", [
+    ("rollout.grup_size=4", "unknown config key 'rollout.grup_size'"),
+    ("nope=1", "unknown config key 'nope'"),
+    ("rollout.group_size=four", "expected int"),
+    ("algo.dynamic_sampling=maybe", "expected a bool"),
+    ("rollout=3", "a section"),
+    ("rollout.group_size", "key=value"),
+    ("rollout.group_size=1", "group_size must be >= 2"),
+    ("algo.loss_agg=sum", "loss_agg"),
+])
+def test_bad_overrides_say_what_is_wrong(cfg, pair, needle):
+  with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(".", r"\.")):
+    apply_overrides(cfg, [pair])
+
+
+def test_unknown_key_lists_valid_keys(cfg):
+  with pytest.raises(ConfigError) as e:
+    apply_overrides(cfg, ["algo.lamda=1"])
+  assert "lam" in str(e.value) and "clip_high" in str(e.value)
+
+
+def test_registry_lists_and_rejects():
+  names = experiments.list_experiments()
+  assert "quickstart" in names and names["quickstart"]
+  with pytest.raises(KeyError, match="known: .*quickstart"):
+    experiments.get_experiment("no_such_experiment")

@@ -1,0 +1,77 @@
+"""Prompts fit their budget; trajectories pad into [B, G, T] arrays exactly."""
+
+import numpy as np
+import pytest
+
+from csa_jax import rollout as R
+from csa_jax.tokenizer import train_bpe
+
+TOK = train_bpe(["You are in the kitchen. To the North you see the pantry.", " move north",
+                 " take coin", "Task: Now: Actions: Action: > |"] * 10, 400)
+
+
+def test_prompt_keeps_cue_and_actions_when_truncated():
+  obs = "You are in the kitchen. " + "There is a chair. " * 80
+  hist = [("move north", "You are in the pantry. It is dark.")] * 5
+  ids = R.encode_prompt(TOK, "find the coin", hist, obs, ["move north", "take coin"],
+                        history_turns=3, max_tokens=64)
+  assert len(ids) <= 64
+  text = TOK.decode(ids)
+  assert text.startswith("Task: find the coin")
+  assert text.endswith("Actions: move north | take coin\nAction:")
+
+
+def test_prompt_history_is_last_turns_first_sentence():
+  hist = [(f"move {d}", f"You are in room {i}. Long details follow.")
+          for i, d in enumerate(["north", "south", "east", "west"])]
+  ids = R.encode_prompt(TOK, "t", hist, "obs", ["a"], history_turns=2, max_tokens=1000)
+  text = TOK.decode(ids)
+  assert "> move east\nYou are in room 2.\n> move west\nYou are in room 3.\n" in text
+  assert "room 1" not in text and "Long details" not in text
+
+
+def _traj(task, n_steps, won, seed):
+  rng = np.random.default_rng(seed)
+  steps = [R.Step(prompt_ids=[1, 2], action_ids=[3] * int(rng.integers(1, 4)),
+                  action_logps=[], action="a", observation="o", reward=0.0,
+                  anchor_id=int(rng.integers(0, 3)), valid=True,
+                  oracle_label=None if t % 2 else float(t)) for t in range(n_steps)]
+  for s in steps:
+    s.action_logps = list(rng.normal(size=len(s.action_ids)))
+  return R.Trajectory(task=task, steps=steps, won=won)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_group_arrays_match_loop(reduce):
+  B, G, T = 2, 3, 5
+  trajs = [_traj(("train", b), n, won, 10 * b + g)
+           for b in range(B) for g, (n, won) in enumerate([(2, True), (5, False), (7, True)])]
+  arr = R.group_arrays(trajs, B, G, T, reduce)
+  for k, tr in enumerate(trajs):
+    b, g = k // G, k % G
+    assert arr.rewards_BxG[b, g] == float(tr.won)
+    n = min(len(tr.steps), T)
+    assert arr.mask_BxGxT[b, g].tolist() == [t < n for t in range(T)]
+    for t in range(T):
+      if t < n:
+        lp = tr.steps[t].action_logps
+        want = sum(lp) if reduce == "sum" else sum(lp) / len(lp)
+        assert arr.logp_BxGxT[b, g, t] == pytest.approx(want, rel=1e-6)
+        assert arr.state_id_BxGxT[b, g, t] == tr.steps[t].anchor_id
+        lab = tr.steps[t].oracle_label
+        assert (np.isnan(arr.oracle_BxGxT[b, g, t]) if lab is None
+                else arr.oracle_BxGxT[b, g, t] == lab)
+        assert arr.step_rewards_BxGxT[b, g, t] == (float(tr.won) if t == n - 1 else 0.0)
+      else:
+        assert arr.logp_BxGxT[b, g, t] == 0 and arr.step_rewards_BxGxT[b, g, t] == 0
+
+
+def test_group_arrays_rejects_wrong_count():
+  with pytest.raises(ValueError, match="expected 6 trajectories"):
+    R.group_arrays([_traj(("train", 0), 2, True, 0)], 2, 3, 4)
+
+
+def test_anchor_id_is_stable_and_ignores_outer_space():
+  assert R.anchor_id("You are in the kitchen.") == R.anchor_id("  You are in the kitchen.\n")
+  assert R.anchor_id("a") != R.anchor_id("b")
+  assert 0 <= R.anchor_id("x") < 2**31
