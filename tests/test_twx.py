@@ -1,0 +1,168 @@
+"""Tests for the TextWorldExpress adapter against the raw `textworld_express` engine."""
+
+import random
+
+import pytest
+
+from environments import make_env
+from environments.twx_env import DEFAULT_GAME_PARAMS, GAMES, progress_label
+
+SPLITS = ("train", "dev", "test")
+
+
+@pytest.fixture(scope="module")
+def envs():
+  made = {g: make_env("twx", game=g) for g in GAMES}
+  yield made
+  for env in made.values():
+    env.close()
+
+
+def _raw_engine(game):
+  from textworld_express import TextWorldExpressEnv
+  raw = TextWorldExpressEnv(envStepLimit=10**9)
+  raw.load(game, DEFAULT_GAME_PARAMS[game])
+  return raw
+
+
+def _close_raw(raw):
+  raw.close()
+  raw.close = lambda: None  # The wrapper's __del__ would close again and print noise.
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_expert_wins_a_sample_of_each_split(envs, game):
+  env = envs[game]
+  for split in SPLITS:
+    assert env.num_tasks(split) == 1000
+    for index in (0, 7, 500):
+      r = env.reset(split, index)
+      steps = 0
+      while not r.done:
+        action = env.expert_action()
+        assert action is not None, (split, index, steps)
+        r = env.step(action)
+        steps += 1
+      assert r.info.won and not r.info.truncated, (split, index, r.observation)
+      assert env.expert_action() is None
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_random_and_garbage_actions_never_crash(envs, game):
+  env = envs[game]
+  rng = random.Random(1)
+  garbage = ["", " ", "\n", "LOOK AROUND", "take the moon", "é\"'{}\\;", "x" * 3000, "go\tnorth"]
+  for index in range(3):
+    r = env.reset("train", index)
+    while not r.done:
+      if rng.random() < 0.5:
+        action = rng.choice(garbage)
+        before = r
+        r = env.step(action)
+        assert not r.info.action_valid, action
+        assert r.reward == 0.0 and r.info.oracle_label == 0.0
+        assert r.info.extra["score"] == before.info.extra["score"]
+      else:
+        action = rng.choice(r.info.admissible_actions)
+        r = env.step(action)
+        assert r.info.action_valid, action
+      assert isinstance(r.observation, str)
+      assert r.info.admissible_actions == tuple(sorted(r.info.admissible_actions))
+      assert r.info.oracle_label in (-1.0, 0.0, 1.0)
+
+
+def test_resets_are_deterministic_across_env_objects():
+  a = make_env("twx", game="cookingworld")
+  b = make_env("twx", game="cookingworld")
+  try:
+    for split in SPLITS:
+      for index in (0, 3):
+        ra, rb = a.reset(split, index), b.reset(split, index)
+        assert ra == rb
+        assert a.gold_path == b.gold_path
+        for action in a.gold_path[:4]:
+          assert a.step(action) == b.step(action)
+    tasks = set()
+    for index in range(5):
+      r = a.reset("train", index)
+      tasks.add((r.observation, a.gold_path))
+    assert len(tasks) == 5  # different indices are different tasks
+    assert a.seed_of("dev", 0) != a.seed_of("train", 0)
+  finally:
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_observations_match_the_raw_engine(envs, game):
+  """Same seed and actions into the raw engine: same text, actions, score, success."""
+  env = envs[game]
+  raw = _raw_engine(game)
+  try:
+    seeds = {"train": raw.getValidSeedsTrain(), "dev": raw.getValidSeedsDev()}
+    rng = random.Random(7)
+    for split, index in (("train", 4), ("dev", 9)):
+      r = env.reset(split, index)
+      obs, infos = raw.reset(seed=sorted(seeds[split])[index], gameFold=split)
+      assert r.observation == obs and r.info.anchor == obs
+      assert r.info.task == infos["taskDescription"]
+      assert set(r.info.admissible_actions) == set(infos["validActions"])
+      prev_score = infos["score"]
+      for _ in range(12):
+        if r.done:
+          break
+        action = rng.choice(list(r.info.admissible_actions) + ["dance wildly"])
+        r = env.step(action)
+        obs, _, _, infos = raw.step(action)
+        assert r.observation == obs
+        assert set(r.info.admissible_actions) == set(infos["validActions"])
+        assert r.reward == pytest.approx(infos["score"] - prev_score, abs=1e-12)
+        assert r.info.won == infos["tasksuccess"]
+        assert r.done == (infos["tasksuccess"] or infos["taskfailure"])
+        assert r.info.action_valid == (action != "dance wildly")
+        prev_score = infos["score"]
+  finally:
+    _close_raw(raw)
+
+
+def test_step_limit_truncates():
+  env = make_env("twx", game="coin", step_limit=3)
+  try:
+    r = env.reset("train", 0)
+    for t in range(3):
+      assert not r.done
+      r = env.step("inventory")
+    assert r.done and r.info.truncated and not r.info.won
+    with pytest.raises(RuntimeError, match="after the episode ended"):
+      env.step("inventory")
+  finally:
+    env.close()
+
+
+def test_oracle_label_follows_the_engine_score(envs):
+  # simonsays: every gold step scores; any other action fails the game.
+  env = envs["simonsays"]
+  env.reset("test", 3)
+  labels = [env.step(a).info.oracle_label for a in env.gold_path]
+  assert labels == [1.0] * len(labels)
+  r = env.reset("test", 3)
+  wrong = next(a for a in r.info.admissible_actions if a != env.expert_action())
+  r = env.step(wrong)
+  assert r.done and not r.info.won and r.info.oracle_label == -1.0
+  assert env.expert_action() is None and not r.info.extra["on_gold_path"]
+  # Reference: the label is the sign of the score change, failure counting as a decrease.
+  assert progress_label(0.25, 0.5, False) == 1.0
+  assert progress_label(0.5, 0.25, False) == -1.0
+  assert progress_label(0.5, 0.5, True) == -1.0
+  assert progress_label(0.5, 0.5, False) == 0.0
+
+
+def test_bad_arguments_have_clear_errors(envs):
+  with pytest.raises(ValueError, match="unknown TextWorldExpress game"):
+    make_env("twx", game="zork")
+  with pytest.raises(ValueError, match="bad game_params"):
+    make_env("twx", game="coin", game_params="numLocations=99")
+  with pytest.raises(ValueError, match="unknown split"):
+    envs["coin"].reset("validation", 0)
+  with pytest.raises(IndexError, match="out of range"):
+    envs["coin"].reset("train", 1000)
