@@ -211,10 +211,19 @@ class TwxEnv(TextEnv):
       env.close()
     except Exception:  # pylint: disable=broad-except
       pass  # The JVM may already be gone (killed or crashed); nothing left to free.
-    proc = getattr(getattr(env, "_gateway", None), "java_process", None)
+    gateway = getattr(env, "_gateway", None)
+    proc = getattr(gateway, "java_process", None)
     if proc is not None and proc.poll() is None:
       proc.kill()
       proc.wait()
+    # py4j frees Java objects from finalizers that run whenever Python's GC collects them;
+    # with the JVM gone they would try to connect and log a traceback at a random moment
+    # (on Python 3.11 that can land inside ast.parse and break it). Mark the client
+    # disconnected so those finalizers do nothing, then release the objects now.
+    client = getattr(gateway, "_gateway_client", None)
+    if client is not None:
+      client.is_connected = False
+    env.server = None
     # The wrapper's __del__ calls close() again and prints a BrokenPipeError; disarm it.
     env.close = lambda: None
 
