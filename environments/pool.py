@@ -98,7 +98,11 @@ class _ThreadWorker:
     self._queue.put(None)
     env = self._holder.get("env")
     if env is not None:
-      threading.Thread(target=_quiet_close, args=(env,), daemon=True).start()
+      closer = threading.Thread(target=_quiet_close, args=(env,), daemon=True)
+      closer.start()
+      # Wait a little so that teardown does not overlap the caller's next work; a close
+      # that itself hangs is left behind (daemon).
+      closer.join(timeout=10.0)
 
   def close(self, timeout: float) -> None:
     future = concurrent.futures.Future()

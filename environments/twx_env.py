@@ -59,24 +59,25 @@ DEFAULT_GAME_PARAMS = {
     "peckingorder": "",
 }
 
-# What a +1 / -1 oracle label means in each game (the engine's scorer).
+# What a +1 / -1 oracle label means in each game: the events that changed the engine's
+# score in 60 episodes per game of mixed expert/random play (train tasks 0-59).
 ORACLE_LABEL_MEANING = {
-    "cookingworld": ("+1: a recipe sub-goal was reached (a needed ingredient taken, or "
-                     "prepared as the recipe says: sliced/diced/chopped/cooked), or the meal "
-                     "was prepared/eaten; -1: task failed (e.g. ate a non-meal item, processed "
-                     "an ingredient the wrong way)."),
-    "twc": ("+1: an item was put in its usual location, or a misplaced item was picked up; "
-            "-1: an item was taken out of its usual location or put in a wrong one."),
-    "coin": "+1: the coin was taken (the only scored event); no -1 events.",
-    "mapreader": ("+1: the coin was taken, or put into the box; -1: score decrease (e.g. "
-                  "dropping the coin elsewhere) or failure."),
-    "arithmetic": ("+1: the math problem was read (taken+read), or the correct item was "
-                   "put in the box; -1: a wrong item put in the box (failure)."),
-    "sorting": ("+1: the next-smallest item was put in the box; -1: an item put out of "
-                "order (failure)."),
-    "simonsays": "+1: did what Simon said; -1: any other action (failure).",
-    "peckingorder": ("+1: took the item the instructions book asked for; -1: failure "
-                     "(took another item)."),
+    "cookingworld": ("+1: took a recipe ingredient or prepared one as the recipe says "
+                     "(slice/dice/chop/cook), prepared or ate the meal; -1: failure, e.g. ate "
+                     "something that is not the meal or cooked an ingredient the wrong way."),
+    "twc": ("+1: picked up a misplaced item or put an item in its usual location; -1: put "
+            "an item in a wrong location or took one out of its usual location."),
+    "coin": "+1: took the coin (the only scored event; it wins). No -1 events.",
+    "mapreader": ("+1: took the coin, or put it into the box (wins). No -1 events were "
+                  "seen; one would mean a score decrease or failure."),
+    "arithmetic": ("+1: read the math problem, or put the right item in the box (wins); "
+                   "-1: took a wrong item (score drops) or put a wrong one in the box "
+                   "(failure)."),
+    "sorting": ("+1: put the next-smallest item in the box; -1: took or put an item out "
+                "of order (often a failure)."),
+    "simonsays": "+1: did what Simon said; -1: anything else (failure).",
+    "peckingorder": ("+1: took the item the instructions book asked for; -1: took another "
+                     "item (failure) or put an item down (score drops)."),
 }
 
 SPLITS = ("train", "dev", "test")
@@ -211,10 +212,19 @@ class TwxEnv(TextEnv):
       env.close()
     except Exception:  # pylint: disable=broad-except
       pass  # The JVM may already be gone (killed or crashed); nothing left to free.
-    proc = getattr(getattr(env, "_gateway", None), "java_process", None)
+    gateway = getattr(env, "_gateway", None)
+    proc = getattr(gateway, "java_process", None)
     if proc is not None and proc.poll() is None:
       proc.kill()
       proc.wait()
+    # py4j frees Java objects from finalizers that run whenever Python's GC collects them;
+    # with the JVM gone they would try to connect and log a traceback at a random moment
+    # (on Python 3.11 that can land inside ast.parse and break it). Mark the client
+    # disconnected so those finalizers do nothing, then release the objects now.
+    client = getattr(gateway, "_gateway_client", None)
+    if client is not None:
+      client.is_connected = False
+    env.server = None
     # The wrapper's __del__ calls close() again and prints a BrokenPipeError; disarm it.
     env.close = lambda: None
 

@@ -1,5 +1,6 @@
 """Tests for EnvPool: batched results equal a sequential loop; faults stay in their slot."""
 
+import functools
 import os
 import signal
 
@@ -11,9 +12,10 @@ from environments.pool import EnvPool
 
 TWX = {"game": "cookingworld", "step_limit": 40}
 FAULTY = {"inner": "twx", "inner_kwargs": TWX, "hang_s": 30.0}
-TASKS = [("train", 3), ("dev", 5), ("test", 1)]
+TASKS = (("train", 3), ("dev", 5), ("test", 1))
 
 
+@functools.lru_cache(maxsize=None)
 def _reference_runs(tasks, num_steps):
   """Plays the expert for `num_steps` steps on each task with one plain env, sequentially."""
   env = make_env("twx", **TWX)
@@ -99,6 +101,7 @@ def test_process_backend_survives_a_killed_worker():
     assert pool.worker_pid(0) not in (None, pids["old"])
 
 
+@pytest.mark.slow
 def test_process_backend_survives_a_worker_exit_and_an_exception():
   with EnvPool("faulty", FAULTY, 3, backend="process") as pool:
     _check_batch_survives_fault(pool, 2, lambda i, acts: acts.__setitem__(i, EXIT))
