@@ -54,7 +54,7 @@ def _logits(graphdef, params, batch: Batch) -> jax.Array:
 def _apply(tx, state: TrainState, grads, metrics) -> tuple[TrainState, dict]:
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+  metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 

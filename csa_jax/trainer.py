@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import grain
 from flax import nnx
 from tqdm.auto import tqdm
 
@@ -71,7 +72,7 @@ def demo_corpus(records) -> list[str]:
 
 
 def make_policy(graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *, greedy: bool,
-                key: jax.Array) -> rollout_lib.PolicyFn:
+                key: jax.Array, mesh=None) -> rollout_lib.PolicyFn:
   """Wraps the jitted sampler as a host-side policy over lists of token ids."""
   scfg = sampling.SamplingConfig(
       max_new_tokens=cfg.rollout.max_action_tokens, temperature=cfg.rollout.temperature,
@@ -81,11 +82,12 @@ def make_policy(graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *, 
 
   def policy(prompts: list[list[int]], rng: np.random.Generator):
     del rng  # the sampler's randomness comes from its own jax key stream
-    tokens, mask = sampling.left_pad(prompts, tok.pad_id, length=cfg.rollout.max_prompt_tokens)
+    # One bucket as wide as the prompt budget: a single compiled shape for the run.
+    tokens, mask = sampling.left_pad(prompts, tok.pad_id, bucket=cfg.rollout.max_prompt_tokens)
     state["key"], sub = jax.random.split(state["key"])
     model = nnx.merge(graphdef, get_params())
     out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub, cfg=scfg,
-                          pad_id=tok.pad_id)
+                          pad_id=tok.pad_id, mesh=mesh)
     ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
                         np.asarray(out.lengths_B))
     return ([ids[i, :lens[i]].tolist() for i in range(len(prompts))],
@@ -105,8 +107,10 @@ def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str) -> tuple[dict
 
 def compute_advantages(arrays: rollout_lib.GroupArrays, algo) -> np.ndarray:
   est = adv_lib.get_estimator(algo.estimator)
+  # The config holds every estimator's knobs; each estimator takes the ones it declares.
   hp = dict(lam=algo.lam, gamma=algo.gamma, w=algo.w, eps=algo.eps,
             std_normalize=algo.std_normalize)
+  hp = {k: v for k, v in hp.items() if k in est.hparams}
   adv = est(rewards_BxG=jnp.asarray(arrays.rewards_BxG), logp_BxGxT=jnp.asarray(arrays.logp_BxGxT),
             mask_BxGxT=jnp.asarray(arrays.mask_BxGxT),
             step_rewards_BxGxT=jnp.asarray(arrays.step_rewards_BxGxT),
@@ -141,10 +145,17 @@ class Trainer:
   # -- set-up --------------------------------------------------------------------------
 
   def _demos(self) -> list[dict]:
+    """The expert's won episodes on the first sft.num_demos training tasks, built once
+    as a TFDS array_record dataset under the workdir and read back through grain."""
     c = self.cfg
-    return demos_lib.load_or_build_demos(
-        c.env.name, dict(c.env.kwargs), split=c.env.train_split,
-        indices=range(c.sft.num_demos), data_dir=os.path.join(self.workdir, "demos"))
+    print(f"expert demonstrations: {c.sft.num_demos} {c.env.train_split} tasks")
+    source = demos_lib.demo_data_source(
+        os.path.join(self.workdir, "demos"), c.env.name, dict(c.env.kwargs),
+        split=c.env.train_split, num_tasks={c.env.train_split: c.sft.num_demos})
+    records = [r for r in grain.MapDataset.source(source).map(demos_lib.decode_record) if r["won"]]
+    for r in records:
+      r["admissible"] = [a.split(demos_lib.SEP) if a else [] for a in r["admissible"]]
+    return sorted(records, key=lambda r: r["index"])
 
   def _tokenizer(self, records) -> Tokenizer:
     c = self.cfg
@@ -265,9 +276,9 @@ class Trainer:
       live = {"params": state.params}
       key = jax.random.key(c.seed)
       sample_policy = make_policy(graphdef, lambda: live["params"], self.tok, c, greedy=False,
-                                  key=jax.random.fold_in(key, 1))
+                                  key=jax.random.fold_in(key, 1), mesh=self.mesh)
       eval_policy = make_policy(graphdef, lambda: live["params"], self.tok, c,
-                                greedy=c.eval.greedy, key=jax.random.fold_in(key, 2))
+                                greedy=c.eval.greedy, key=jax.random.fold_in(key, 2), mesh=self.mesh)
 
       if meta["phase"] == "start":
         params = self._sft(graphdef, state.params, self.tok, records)
