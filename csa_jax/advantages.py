@@ -265,6 +265,172 @@ def csa_advantages(rewards_BxG, logp_BxGxT, mask_BxGxT, *, lam=0.5, eps=1e-6, dd
 
 
 # ------------------------------------------------------------------------------------
+# GiGPO.
+# ------------------------------------------------------------------------------------
+
+
+def discounted_returns(step_rewards_BxGxT, mask_BxGxT, gamma):
+  """R_t = r_t + gamma * R_next over the active steps of each rollout, 0 on padding.
+
+  "Next" is the next active step: padded steps inside a rollout are skipped, so
+  inserting padding changes no real entry.
+  """
+  m_TxBxG = jnp.moveaxis(_as_mask(mask_BxGxT), -1, 0)
+  r_TxBxG = jnp.where(m_TxBxG, jnp.moveaxis(_f32(step_rewards_BxGxT), -1, 0), 0.0)
+
+  def back(carry_BxG, r_m):
+    r, m = r_m
+    carry_BxG = jnp.where(m, r + gamma * carry_BxG, carry_BxG)
+    return carry_BxG, jnp.where(m, carry_BxG, 0.0)
+
+  _, ret_TxBxG = jax.lax.scan(back, jnp.zeros(r_TxBxG.shape[1:], jnp.float32),
+                              (r_TxBxG, m_TxBxG), reverse=True)
+  return jnp.moveaxis(ret_TxBxG, 0, -1)
+
+
+def step_groups(state_id_BxGxT, mask_BxGxT):
+  """Anchor-state step groups: a segment id per entry, without a loop over groups.
+
+  Active entries of task group b with equal state ids share an id in
+  [b * G * T, (b + 1) * G * T); padded entries get ids of their own kind that no active
+  entry shares. One sort per task group (O(GT log GT)) instead of GT x GT comparisons.
+
+  Returns:
+    (seg_BxGxT int32, group_size_BxGxT int32: members of the entry's step group, 0 on
+    padding).
+  """
+  B, G, T = mask_BxGxT.shape
+  N = G * T
+  ids_BxN = state_id_BxGxT.reshape(B, N)
+  act_BxN = _as_mask(mask_BxGxT).reshape(B, N)
+  # Active first, then by state id: equal (active, id) pairs become contiguous runs.
+  order_BxN = jnp.lexsort((ids_BxN, ~act_BxN), axis=-1)
+  ids_s = jnp.take_along_axis(ids_BxN, order_BxN, axis=-1)
+  act_s = jnp.take_along_axis(act_BxN, order_BxN, axis=-1)
+  starts = jnp.concatenate(
+      [jnp.ones((B, 1), bool),
+       (ids_s[:, 1:] != ids_s[:, :-1]) | (act_s[:, 1:] != act_s[:, :-1])], axis=-1)
+  seg_s = jnp.cumsum(starts, axis=-1, dtype=jnp.int32) - 1
+  seg_s = seg_s + (jnp.arange(B, dtype=jnp.int32) * N)[:, None]
+  seg_BxN = jnp.zeros_like(seg_s).at[jnp.arange(B)[:, None], order_BxN].set(seg_s)
+  size = jax.ops.segment_sum(act_BxN.reshape(-1).astype(jnp.int32), seg_BxN.reshape(-1),
+                             num_segments=B * N)
+  size_BxN = jnp.where(act_BxN, size[seg_BxN], 0)
+  return seg_BxN.reshape(B, G, T), size_BxN.reshape(B, G, T)
+
+
+def _segment_normalize(x, active, seg, num_segments, *, eps, ddof, std_normalize):
+  """`_center` / `_standardize` over segments instead of an axis (flat arrays)."""
+  ssum = lambda v: jax.ops.segment_sum(v, seg, num_segments=num_segments)
+  x = jnp.clip(jnp.where(active, x, 0.0), -_MAX_ABS, _MAX_ABS)
+  s = jax.ops.segment_max(jnp.abs(x), seg, num_segments=num_segments)
+  s = jnp.where(s > 0, s, 1.0)[seg]
+  y = x / s
+  n = ssum(active.astype(jnp.float32))[seg]
+  mean = ssum(y)[seg] / jnp.maximum(n, 1)
+  hi = jax.ops.segment_max(jnp.where(active, y, -jnp.inf), seg,
+                           num_segments=num_segments)[seg]
+  lo = jax.ops.segment_min(jnp.where(active, y, jnp.inf), seg,
+                           num_segments=num_segments)[seg]
+  ok = active & (n >= max(2, ddof + 1)) & (hi - lo > _TIE_RTOL * jnp.maximum(hi, -lo))
+  c = jnp.where(ok, y - mean, 0.0)
+  if not std_normalize:
+    return c * s
+  std = jnp.sqrt(ssum(c**2)[seg] / jnp.maximum(n - ddof, 1))
+  denom = std + eps / s
+  return jnp.where(denom > 0, c / jnp.where(denom > 0, denom, 1.0), 0.0)
+
+
+def _check_state_id(state_id_BxGxT):
+  state_id_BxGxT = jnp.asarray(state_id_BxGxT)
+  if not jnp.issubdtype(state_id_BxGxT.dtype, jnp.integer):
+    raise ValueError("state_id_BxGxT must hold integer ids (hash anchor observations on "
+                     f"the host), got dtype {state_id_BxGxT.dtype}")
+  return state_id_BxGxT
+
+
+@functools.partial(jax.jit, static_argnames=("std_normalize", "ddof"))
+def gigpo_components(step_rewards_BxGxT, mask_BxGxT, state_id_BxGxT, *, gamma=0.95,
+                     std_normalize=True, eps=1e-6, ddof=1):
+  """GiGPO's parts: (A_E [B, G], A_S [B, G, T], step_group_size [B, G, T]).
+
+  A_E normalises the episode return R_i = sum_t r_{i,t} over the rollouts of the group
+  (paper Eq. 3). A_S normalises the discounted return from each step (Eq. 5) over its
+  anchor-state step group (Eq. 6-7): the active steps of the same task group whose
+  state ids are equal, whichever rollout and step index they come from. A step group of
+  one member (or fewer than ddof + 1), or whose returns are all equal, gets A_S = 0, as
+  in verl-agent (a singleton is centred on itself).
+
+  Differences from verl-agent's code (gigpo/core_gigpo.py), all choices of the paper's
+  text over the code: A_E statistics are over trajectories (verl-agent's default
+  `compute_mean_std_cross_steps=True` weighs each trajectory by its number of steps);
+  std_normalize=True is its mode "mean_std_norm" (its default is "mean_norm", i.e.
+  std_normalize=False); no similarity-based grouping (ids must be equal).
+  """
+  mask_BxGxT = _as_mask(mask_BxGxT)
+  step_rewards_BxGxT = _f32(step_rewards_BxGxT)
+  state_id_BxGxT = _check_state_id(state_id_BxGxT)
+  _check_steps(mask_BxGxT, step_rewards_BxGxT=step_rewards_BxGxT,
+               state_id_BxGxT=state_id_BxGxT)
+  _check_ddof(ddof)
+  B, G, T = mask_BxGxT.shape
+  episode_return_BxG = jnp.sum(jnp.where(mask_BxGxT, step_rewards_BxGxT, 0.0), axis=-1)
+  adv_e_BxG = episode_advantages(episode_return_BxG, valid_BxG=mask_BxGxT.any(-1),
+                                 std_normalize=std_normalize, eps=eps, ddof=ddof)
+  ret_BxGxT = discounted_returns(step_rewards_BxGxT, mask_BxGxT, gamma)
+  seg_BxGxT, size_BxGxT = step_groups(state_id_BxGxT, mask_BxGxT)
+  adv_s = _segment_normalize(ret_BxGxT.reshape(-1), mask_BxGxT.reshape(-1),
+                             seg_BxGxT.reshape(-1), B * G * T, eps=eps, ddof=ddof,
+                             std_normalize=std_normalize)
+  return (adv_e_BxG, jax.lax.stop_gradient(adv_s.reshape(B, G, T)), size_BxGxT)
+
+
+@functools.partial(jax.jit, static_argnames=("std_normalize", "ddof"))
+def gigpo_advantages(step_rewards_BxGxT, mask_BxGxT, state_id_BxGxT, *, gamma=0.95,
+                     w=1.0, std_normalize=True, eps=1e-6, ddof=1):
+  """GiGPO (arXiv 2505.10978): `A = A_E + w * A_S` on active steps, 0 elsewhere.
+
+  Args:
+    step_rewards_BxGxT: reward received at each step (sparse tasks: the outcome on the
+      last step, 0 before).
+    mask_BxGxT: true where rollout i of group b has a step t.
+    state_id_BxGxT: int id of the anchor state (the current observation without
+      history) at each step; equal ids within a task group are the same state.
+    gamma: discount of the step-level return (paper: 0.95).
+    w: weight of the step term (paper: 1).
+    std_normalize, eps, ddof: as in `episode_advantages`, for both terms.
+  See `gigpo_components` for the exact definitions.
+  """
+  adv_e_BxG, adv_s_BxGxT, _ = gigpo_components(
+      step_rewards_BxGxT, mask_BxGxT, state_id_BxGxT, gamma=gamma,
+      std_normalize=std_normalize, eps=eps, ddof=ddof)
+  return jnp.where(_as_mask(mask_BxGxT), adv_e_BxG[..., None] + w * adv_s_BxGxT, 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("ddof",))
+def csa_gigpo_advantages(step_rewards_BxGxT, logp_BxGxT, mask_BxGxT, state_id_BxGxT, *,
+                         lam=0.5, gamma=0.95, w=1.0, eps=1e-6, ddof=1):
+  """CSA and GiGPO step terms on one episode term: `A = A_E + lam A_S^CSA + w A_S^GiGPO`.
+
+  The two step terms use different evidence and are each zero-mean within their own
+  groups: GiGPO's compares returns from the same anchor state (it is 0 for states that
+  no sibling visited, common in long or diverse episodes), CSA's compares log-prob
+  deviations at the same step index (available at every step with >= 2 active
+  rollouts). A_E normalises the episode return sum_t r_t (with std); CSA's l uses that
+  A_E. w = 0 gives CSA on episode returns; lam = 0 gives GiGPO with std_normalize=True.
+  """
+  mask = _as_mask(mask_BxGxT)
+  adv_e_BxG, gig_s_BxGxT, _ = gigpo_components(
+      step_rewards_BxGxT, mask, state_id_BxGxT, gamma=gamma, std_normalize=True,
+      eps=eps, ddof=ddof)
+  episode_return_BxG = jnp.sum(jnp.where(mask, _f32(step_rewards_BxGxT), 0.0), axis=-1)
+  _, csa_s_BxGxT = csa_components(episode_return_BxG, logp_BxGxT, mask, eps=eps,
+                                  ddof=ddof)
+  return jnp.where(mask, adv_e_BxG[..., None] + lam * csa_s_BxGxT + w * gig_s_BxGxT,
+                   0.0)
+
+
+# ------------------------------------------------------------------------------------
 # Step advantages onto tokens.
 # ------------------------------------------------------------------------------------
 
@@ -361,6 +527,13 @@ register_estimator(Estimator("rloo", _rloo, ("rewards_BxG", "mask_BxGxT"), ()))
 register_estimator(Estimator("csa", csa_advantages,
                              ("rewards_BxG", "logp_BxGxT", "mask_BxGxT"),
                              ("lam", "eps", "ddof")))
+register_estimator(Estimator("gigpo", gigpo_advantages,
+                             ("step_rewards_BxGxT", "mask_BxGxT", "state_id_BxGxT"),
+                             ("gamma", "w", "std_normalize", "eps", "ddof")))
+register_estimator(Estimator("csa_gigpo", csa_gigpo_advantages,
+                             ("step_rewards_BxGxT", "logp_BxGxT", "mask_BxGxT",
+                              "state_id_BxGxT"),
+                             ("lam", "gamma", "w", "eps", "ddof")))
 
 
 def list_estimators() -> list[str]:
@@ -375,6 +548,12 @@ def get_estimator(name: str) -> Estimator:
     dr_grpo:   rewards, mask; none.
     rloo:      rewards, mask; none.
     csa:       rewards, logp, mask; lam=0.5, eps=1e-6, ddof=1.
+    gigpo:     step_rewards, mask, state_id; gamma=0.95, w=1.0, std_normalize=True,
+               eps=1e-6, ddof=1.
+    csa_gigpo: step_rewards, logp, mask, state_id; lam=0.5, gamma=0.95, w=1.0,
+               eps=1e-6, ddof=1.
+  GiGPO and CSA+GiGPO take the episode return from step_rewards (sum over steps);
+  the others take rewards_BxG.
   """
   if name not in _REGISTRY:
     raise ValueError(f"unknown advantage estimator {name!r}; known: "
