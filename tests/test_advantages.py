@@ -533,3 +533,62 @@ def test_csa_gigpo_is_both_terms():
   np.testing.assert_allclose(est(**kw, lam=0.3, w=0.0), csa, atol=ATOL, rtol=RTOL)
   np.testing.assert_allclose(
       adv_lib.get_estimator("gigpo")(**kw, gamma=0.9, w=0.5), gig, atol=ATOL, rtol=RTOL)
+
+
+# ----------------------------------------------------------------------------------
+# DAPO helpers.
+# ----------------------------------------------------------------------------------
+
+
+def test_dynamic_sampling_keep(jit_mode):
+  rewards = np.array([[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0], [0.5, 0.5, 0.5, 0.2],
+                      [1, 0, 0, 0]], float)
+  valid = np.ones((5, 4), bool)
+  valid[4, 1:] = False  # a single real rollout
+  got = np.asarray(adv_lib.dynamic_sampling_keep(rewards, valid_BxG=valid))
+  np.testing.assert_array_equal(got, [False, False, True, True, False])
+  # Kept exactly where GRPO gives some non-zero advantage.
+  ep = np.asarray(adv_lib.episode_advantages(rewards, valid_BxG=valid))
+  np.testing.assert_array_equal(got, np.any(ep != 0, axis=-1))
+
+
+def ref_overlong(length, max_len, cache_len, factor):
+  if length <= max_len - cache_len:
+    return 0.0
+  if length <= max_len:
+    return factor * ((max_len - cache_len) - length) / cache_len
+  return -factor
+
+
+def test_overlong_penalty_matches_reference():
+  lengths = np.arange(0, 30)
+  got = np.asarray(adv_lib.overlong_penalty(lengths, max_len=20, cache_len=8, factor=0.5))
+  want = [ref_overlong(l, 20, 8, 0.5) for l in lengths]
+  np.testing.assert_allclose(got, want, atol=1e-6)
+  assert got[12] == 0.0 and got[20] == -0.5 and got[21] == -0.5
+
+
+def test_shape_overlong_rewards_per_step_and_episode():
+  rng = np.random.default_rng(13)
+  mask = random_mask(rng, 3, 4, 5, holes=False)
+  action_len = rng.integers(0, 40, size=(3, 4, 5))
+  rewards = rng.normal(size=(3, 4))
+  got = adv_lib.shape_overlong_rewards(rewards, action_len, mask, max_len=32,
+                                       cache_len=16, per="step")
+  want = rewards.copy()
+  for b in range(3):
+    for i in range(4):
+      pens = [ref_overlong(action_len[b, i, t], 32, 16, 1.0) for t in range(5)
+              if mask[b, i, t]]
+      want[b, i] += sum(pens) / len(pens) if pens else 0.0
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  got = adv_lib.shape_overlong_rewards(rewards, action_len, mask, max_len=100,
+                                       cache_len=50, per="episode")
+  totals = np.where(mask, action_len, 0).sum(-1)
+  want = rewards + np.vectorize(lambda l: ref_overlong(l, 100, 50, 1.0))(totals)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  with pytest.raises(ValueError, match="per must be"):
+    adv_lib.shape_overlong_rewards(rewards, action_len, mask, max_len=4, cache_len=2,
+                                   per="token")
+  with pytest.raises(ValueError, match="cache_len <= max_len"):
+    adv_lib.overlong_penalty(3, max_len=4, cache_len=8)
