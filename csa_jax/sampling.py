@@ -37,8 +37,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from csa_jax import mesh as mesh_lib
-from csa_jax.model.decoder import (CACHE_AXES, Decoder, default_positions,
-                                   token_logprobs)
+from csa_jax.model.decoder import (CACHE_AXES, Decoder, KVCache,
+                                   default_positions, token_logprobs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +234,6 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
     one = NamedSharding(mesh, mesh_lib.logical_to_spec(CACHE_AXES, rules,
                                                       shape, mesh))
     n_layers = model.cfg.num_layers
-    from csa_jax.model.decoder import KVCache
     cache_sharding = KVCache(k=(one,) * n_layers, v=(one,) * n_layers)
   graphdef, state = nnx.split(model)
   return _sample_jit(graphdef, state, tokens, mask, rng, cfg=cfg,
