@@ -97,6 +97,21 @@ def test_right_padding_gives_same_result_as_left(model, prompts):
                                 np.asarray(b.tokens_BxN))
   np.testing.assert_allclose(np.asarray(a.logprobs_BxN),
                              np.asarray(b.logprobs_BxN), atol=1e-5)
+  # Teacher forcing straight on [right-padded prompt, generation]: the pads
+  # in the middle are masked and positions skip them.
+  logits = _teacher_forced_logits(model, right_t, right_m, b)
+  last = right_m.sum(1) - 1  # logits predicting the first generated token
+  seq = np.concatenate([right_t, np.asarray(b.tokens_BxN)], 1)
+  msk = np.concatenate([right_m, np.asarray(b.mask_BxN)], 1)
+  full = jax.jit(lambda g, s, t, m: nnx.merge(g, s)(
+      t, attention_mask_BxT=m))(*nnx.split(model), seq, msk)
+  first = token_logprobs(full[np.arange(4), last][:, None],
+                         b.tokens_BxN[:, :1])[:, 0]
+  np.testing.assert_allclose(np.asarray(first),
+                             np.asarray(b.logprobs_BxN)[:, 0], atol=1e-4)
+  rest = np.asarray(token_logprobs(logits, b.tokens_BxN))[:, 1:]
+  np.testing.assert_allclose(rest, np.asarray(b.logprobs_BxN)[:, 1:],
+                             atol=1e-4)
 
 
 def test_stop_tokens_stop_rows_independently(model, prompts):
