@@ -1,0 +1,128 @@
+"""Configuration of the Llama 3 / Qwen2 style decoder (policy model).
+
+Covers the Llama 3 / 3.1 / 3.2 family (Meta, "The Llama 3 Herd of Models",
+arXiv 2407.21783: grouped-query attention, SwiGLU, RMSNorm, rotary embeddings
+with the "llama3" frequency scaling) and the Qwen2 / Qwen2.5 family (arXiv
+2407.10671: the same block plus biases on the q/k/v projections). Field names
+follow the Hugging Face `LlamaConfig` / `Qwen2Config` meanings so a later
+loader can fill them one to one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3RopeScaling:
+  """Llama 3.1 rope scaling (HF `rope_scaling={"rope_type": "llama3", ...}`).
+
+  Low frequencies (wavelength above original_max_position_embeddings /
+  low_freq_factor) are divided by `factor`, high frequencies are kept, and the
+  band in between is interpolated smoothly.
+  """
+  factor: float = 8.0
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  original_max_position_embeddings: int = 8192
+
+  def __post_init__(self):
+    if self.factor <= 0:
+      raise ValueError(f"rope_scaling.factor must be > 0, got {self.factor}")
+    if not self.high_freq_factor > self.low_freq_factor > 0:
+      raise ValueError(
+          "rope_scaling needs high_freq_factor > low_freq_factor > 0, got "
+          f"{self.high_freq_factor} and {self.low_freq_factor}")
+    if self.original_max_position_embeddings <= 0:
+      raise ValueError("rope_scaling.original_max_position_embeddings must be "
+                       f"> 0, got {self.original_max_position_embeddings}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Decoder hyper-parameters; dtypes are strings ("float32" / "bfloat16").
+
+  param_dtype: storage dtype of the parameters. dtype: compute dtype of the
+  matmuls and activations (norms, softmax and the final logits are float32).
+  remat: rematerialise each decoder layer in the backward pass (saves memory).
+  """
+  vocab_size: int
+  hidden_size: int
+  intermediate_size: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  rope_theta: float = 500_000.0
+  rope_scaling: Llama3RopeScaling | None = None
+  rms_norm_eps: float = 1e-5
+  tie_embeddings: bool = False
+  qkv_bias: bool = False
+  max_seq_len: int = 8192
+  param_dtype: str = "float32"
+  dtype: str = "float32"
+  remat: bool = False
+
+  def __post_init__(self):
+    for name in ("vocab_size", "hidden_size", "intermediate_size",
+                 "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                 "max_seq_len"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"ModelConfig.{name} must be a positive int, "
+                         f"got {value!r}")
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+          f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of "
+          f"num_kv_heads ({self.num_kv_heads})")
+    if self.head_dim % 2:
+      raise ValueError(f"ModelConfig.head_dim must be even for rotary "
+                       f"embeddings, got {self.head_dim}")
+    if self.rope_theta <= 0:
+      raise ValueError(f"ModelConfig.rope_theta must be > 0, "
+                       f"got {self.rope_theta}")
+    if self.rms_norm_eps <= 0:
+      raise ValueError(f"ModelConfig.rms_norm_eps must be > 0, "
+                       f"got {self.rms_norm_eps}")
+    if not (self.rope_scaling is None
+            or isinstance(self.rope_scaling, Llama3RopeScaling)):
+      raise ValueError("ModelConfig.rope_scaling must be None or a "
+                       f"Llama3RopeScaling, got {self.rope_scaling!r}")
+    for name in ("param_dtype", "dtype"):
+      if getattr(self, name) not in _DTYPES:
+        raise ValueError(f"ModelConfig.{name} must be one of "
+                         f"{sorted(_DTYPES)}, got {getattr(self, name)!r}")
+
+  @property
+  def jnp_dtype(self) -> Any:
+    return _DTYPES[self.dtype]
+
+  @property
+  def jnp_param_dtype(self) -> Any:
+    return _DTYPES[self.param_dtype]
+
+  @property
+  def num_groups(self) -> int:
+    """Query heads per key/value head (grouped-query attention)."""
+    return self.num_heads // self.num_kv_heads
+
+  def replace(self, **changes) -> "ModelConfig":
+    return dataclasses.replace(self, **changes)
+
+  @classmethod
+  def tiny(cls, vocab_size: int, **overrides) -> "ModelConfig":
+    """A ~0.3M-parameter (plus 2 x vocab x 128 embeddings) CPU-sized config.
+
+    Grouped-query (4 query heads, 2 key/value heads), untied, fp32.
+    """
+    fields = dict(
+        vocab_size=vocab_size, hidden_size=128, intermediate_size=256,
+        num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32,
+        rope_theta=10_000.0, max_seq_len=1024)
+    fields.update(overrides)
+    return cls(**fields)

@@ -1,0 +1,319 @@
+"""Llama 3 / Qwen2 decoder-only transformer in Flax NNX, with a KV-cache path.
+
+The block is the one of Llama 3 (arXiv 2407.21783) and Qwen2 (arXiv
+2407.10671): pre-RMSNorm, rotary position embeddings (half-split "rotate_half"
+layout as in Hugging Face transformers, with optional Llama 3.1 frequency
+scaling), grouped-query attention (optional q/k/v biases for Qwen2), SwiGLU MLP,
+final RMSNorm and a tied or untied LM head.
+
+Parameter names mirror the Hugging Face module tree so that checkpoint loading
+is a rename plus a transpose/reshape:
+
+  embed_tokens.embedding [V, D]           = embed_tokens.weight
+  layers[i].self_attn.q_proj.kernel [D, H, Dh]  = q_proj.weight.T.reshape
+  layers[i].self_attn.{k,v}_proj.kernel [D, K, Dh]
+  layers[i].self_attn.{q,k,v}_proj.bias [H|K, Dh]  (Qwen2 only)
+  layers[i].self_attn.o_proj.kernel [H, Dh, D]  = o_proj.weight.T.reshape
+  layers[i].mlp.{gate,up}_proj.kernel [D, F], mlp.down_proj.kernel [F, D]
+  layers[i].{input,post_attention}_layernorm.weight [D], norm.weight [D]
+  lm_head.kernel [D, V]                   = lm_head.weight.T  (untied only)
+
+Every parameter carries logical axis names in its `out_sharding` metadata
+(created with eager_sharding=False, so nothing is placed at construction);
+`csa_jax.mesh` maps those names to mesh axes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from csa_jax.model.config import Llama3RopeScaling, ModelConfig
+
+# Logical axes of one layer's KV cache array [B, S, K, Dh].
+CACHE_AXES = ("cache_batch", "cache_seq", "kv_heads", "head_dim")
+# A large finite negative (not -inf) so fully masked rows (padding queries)
+# give a finite uniform softmax instead of NaN.
+_MASK_VALUE = -1e30
+
+
+@flax.struct.dataclass
+class KVCache:
+  """Per-layer key/value caches, each [B, S, K, Dh] in the compute dtype."""
+  k: tuple[jax.Array, ...]
+  v: tuple[jax.Array, ...]
+
+
+def _param(value: jax.Array, axes: Sequence[str | None]) -> nnx.Param:
+  return nnx.Param(value, out_sharding=tuple(axes), eager_sharding=False)
+
+
+class Dense(nnx.Module):
+  """y = x . kernel (+ bias), contracting the last len(in_shape) axes of x."""
+
+  def __init__(self, in_shape: tuple[int, ...], out_shape: tuple[int, ...],
+               in_axes: tuple[str, ...], out_axes: tuple[str, ...], *,
+               cfg: ModelConfig, use_bias: bool, rngs: nnx.Rngs):
+    init = nnx.initializers.normal(stddev=0.02)
+    self.kernel = _param(
+        init(rngs.params(), in_shape + out_shape, cfg.jnp_param_dtype),
+        in_axes + out_axes)
+    self.bias = (_param(jnp.zeros(out_shape, cfg.jnp_param_dtype), out_axes)
+                 if use_bias else None)
+    self.n_in = len(in_shape)
+    self.dtype = cfg.jnp_dtype
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    y = jnp.tensordot(x.astype(self.dtype),
+                      self.kernel[...].astype(self.dtype), axes=self.n_in)
+    if self.bias is not None:
+      y = y + self.bias[...].astype(self.dtype)
+    return y
+
+
+class RMSNorm(nnx.Module):
+  """RMSNorm computed in float32, scaled in the compute dtype (as HF does)."""
+
+  def __init__(self, cfg: ModelConfig):
+    self.weight = _param(jnp.ones((cfg.hidden_size,), cfg.jnp_param_dtype),
+                         ("norm",))
+    self.eps = cfg.rms_norm_eps
+    self.dtype = cfg.jnp_dtype
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + self.eps)
+    return self.weight[...].astype(self.dtype) * x32.astype(self.dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float,
+                  scaling: Llama3RopeScaling | None) -> np.ndarray:
+  """Inverse rotary frequencies [Dh/2] (float32), Llama 3.1 scaling if given."""
+  inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64)
+                              / head_dim))
+  if scaling is not None:
+    old_len = scaling.original_max_position_embeddings
+    low_wavelen = old_len / scaling.low_freq_factor
+    high_wavelen = old_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / scaling.factor,
+                      inv_freq)
+    smooth = ((old_len / wavelen - scaling.low_freq_factor)
+              / (scaling.high_freq_factor - scaling.low_freq_factor))
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    inv_freq = np.where(medium, smoothed, scaled)
+  return inv_freq.astype(np.float32)
+
+
+def rope_cos_sin(positions_BxT: jax.Array, inv_freq: np.ndarray):
+  """cos, sin [B, T, Dh/2] in float32."""
+  angles = positions_BxT.astype(jnp.float32)[..., None] * inv_freq
+  return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x_BxTxNxDh: jax.Array, cos: jax.Array, sin: jax.Array):
+  """Rotates the two halves of the head dimension (HF `rotate_half` layout)."""
+  x1, x2 = jnp.split(x_BxTxNxDh.astype(jnp.float32), 2, axis=-1)
+  cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BxTxNxDh.dtype)
+
+
+class Attention(nnx.Module):
+  """Grouped-query attention with optional q/k/v biases and a KV cache."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    kw = dict(cfg=cfg, rngs=rngs)
+    self.q_proj = Dense((d,), (h, dh), ("embed",), ("q_heads", "head_dim"),
+                        use_bias=cfg.qkv_bias, **kw)
+    self.k_proj = Dense((d,), (k, dh), ("embed",), ("kv_heads", "head_dim"),
+                        use_bias=cfg.qkv_bias, **kw)
+    self.v_proj = Dense((d,), (k, dh), ("embed",), ("kv_heads", "head_dim"),
+                        use_bias=cfg.qkv_bias, **kw)
+    self.o_proj = Dense((h, dh), (d,), ("q_heads", "head_dim"), ("embed",),
+                        use_bias=False, **kw)
+    self.num_kv_heads, self.num_groups = k, cfg.num_groups
+    self.dtype = cfg.jnp_dtype
+
+  def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv=None, cache_index=None):
+    """mask_BxTxS: True where query t may attend key s.
+
+    Without a cache the keys are this call's tokens (S == T). With kv=(k, v)
+    caches [B, S, K, Dh] this call's keys/values are written at slots
+    cache_index .. cache_index+T-1 first; the updated (k, v) is returned.
+    """
+    q = apply_rope(self.q_proj(x_BxTxD), cos, sin)
+    k = apply_rope(self.k_proj(x_BxTxD), cos, sin)
+    v = self.v_proj(x_BxTxD)
+    if kv is not None:
+      k_cache, v_cache = kv
+      start = (0, cache_index, 0, 0)
+      k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
+      v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
+      kv = (k, v)
+    b, t = q.shape[:2]
+    q = q.reshape(b, t, self.num_kv_heads, self.num_groups, q.shape[-1])
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(self.dtype),
+                        preferred_element_type=jnp.float32)
+    scores = scores / math.sqrt(q.shape[-1])
+    scores = jnp.where(mask_BxTxS[:, None, None], scores, _MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(self.dtype))
+    out = out.reshape(b, t, -1, out.shape[-1])
+    return self.o_proj(out), kv
+
+
+class MLP(nnx.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    kw = dict(cfg=cfg, use_bias=False, rngs=rngs)
+    self.gate_proj = Dense((d,), (f,), ("embed",), ("mlp",), **kw)
+    self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **kw)
+    self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **kw)
+
+  def __call__(self, x):
+    return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.input_layernorm = RMSNorm(cfg)
+    self.self_attn = Attention(cfg, rngs)
+    self.post_attention_layernorm = RMSNorm(cfg)
+    self.mlp = MLP(cfg, rngs)
+
+  def __call__(self, x, cos, sin, mask, kv=None, cache_index=None):
+    attn, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv,
+                              cache_index)
+    x = x + attn
+    x = x + self.mlp(self.post_attention_layernorm(x))
+    return x, kv
+
+
+class Embedding(nnx.Module):
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.embedding = _param(
+        nnx.initializers.normal(stddev=0.02)(
+            rngs.params(), (cfg.vocab_size, cfg.hidden_size),
+            cfg.jnp_param_dtype), ("vocab", "embed"))
+
+
+def _run_layer(layer, x, cos, sin, mask, kv, cache_index):
+  return layer(x, cos, sin, mask, kv, cache_index)
+
+
+class Decoder(nnx.Module):
+  """The policy model: tokens -> float32 logits, plain or with a KV cache."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.embed_tokens = Embedding(cfg, rngs)
+    self.layers = nnx.List([DecoderLayer(cfg, rngs)
+                            for _ in range(cfg.num_layers)])
+    self.norm = RMSNorm(cfg)
+    self.lm_head = None if cfg.tie_embeddings else Dense(
+        (cfg.hidden_size,), (cfg.vocab_size,), ("embed",), ("vocab",),
+        cfg=cfg, use_bias=False, rngs=rngs)
+
+  def __call__(self, tokens_BxT: jax.Array, *,
+               positions_BxT: jax.Array | None = None,
+               attention_mask_BxT: jax.Array | None = None) -> jax.Array:
+    """Causal forward pass; attention_mask_BxT is 1 on real tokens, 0 on pads.
+
+    Works for left and right padding: keys on pads are masked, and positions
+    default to cumsum(mask) - 1 so a padded row gives the same logits on its
+    real tokens as the unpadded row. Logits on pad slots are meaningless.
+    Returns logits [B, T, V] in float32.
+    """
+    if attention_mask_BxT is None:
+      attention_mask_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
+    valid_BxT = attention_mask_BxT.astype(bool)
+    if positions_BxT is None:
+      positions_BxT = default_positions(attention_mask_BxT)
+    t = tokens_BxT.shape[1]
+    causal_TxT = jnp.tril(jnp.ones((t, t), bool))
+    mask_BxTxT = causal_TxT[None] & valid_BxT[:, None, :]
+    x, _ = self._layers(tokens_BxT, positions_BxT, mask_BxTxT, None, None)
+    return self._logits(x)
+
+  def forward_cached(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
+                     cache: KVCache, cache_index: jax.Array,
+                     kv_mask_BxS: jax.Array) -> tuple[jax.Array, KVCache]:
+    """Forward over tokens written at cache slots cache_index .. +T-1.
+
+    cache_index is one (traced) int for the whole batch, so prompts must be
+    left-padded (the sampler does that). kv_mask_BxS is True on cache slots
+    holding real tokens, including this call's slots. Query slot q attends
+    slot s iff s <= q and kv_mask[b, s]. Returns (logits [B,T,V] f32, cache).
+    """
+    t, s = tokens_BxT.shape[1], kv_mask_BxS.shape[1]
+    q_slots_T = cache_index + jnp.arange(t)
+    causal_TxS = jnp.arange(s)[None, :] <= q_slots_T[:, None]
+    mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
+    x, cache = self._layers(tokens_BxT, positions_BxT, mask_BxTxS, cache,
+                            cache_index)
+    return self._logits(x), cache
+
+  def init_cache(self, batch_size: int, max_len: int) -> KVCache:
+    """Zero KV cache of max_len slots (prompt + new tokens)."""
+    c = self.cfg
+    shape = (batch_size, max_len, c.num_kv_heads, c.head_dim)
+    zeros = tuple(jnp.zeros(shape, c.jnp_dtype) for _ in range(c.num_layers))
+    return KVCache(k=zeros, v=zeros)
+
+  def _layers(self, tokens_BxT, positions_BxT, mask, cache, cache_index):
+    x = jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0)
+    x = x.astype(self.cfg.jnp_dtype)
+    c = self.cfg
+    # A trace-time NumPy constant, not state.
+    inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
+    cos, sin = rope_cos_sin(positions_BxT, inv_freq)
+    run = nnx.remat(_run_layer) if self.cfg.remat else _run_layer
+    new_k, new_v = [], []
+    for i, layer in enumerate(self.layers):
+      kv = None if cache is None else (cache.k[i], cache.v[i])
+      x, kv = run(layer, x, cos, sin, mask, kv, cache_index)
+      if kv is not None:
+        new_k.append(kv[0])
+        new_v.append(kv[1])
+    x = self.norm(x)
+    new_cache = None if cache is None else KVCache(k=tuple(new_k),
+                                                   v=tuple(new_v))
+    return x, new_cache
+
+  def _logits(self, x_BxTxD):
+    # float32 accumulation: log-probs of sampled tokens feed the PPO ratio.
+    dtype = self.cfg.jnp_dtype
+    if self.lm_head is None:
+      w_VxD = self.embed_tokens.embedding[...].astype(dtype)
+      return jnp.einsum("btd,vd->btv", x_BxTxD.astype(dtype), w_VxD,
+                        preferred_element_type=jnp.float32)
+    w_DxV = self.lm_head.kernel[...].astype(dtype)
+    return jnp.einsum("btd,dv->btv", x_BxTxD.astype(dtype), w_DxV,
+                      preferred_element_type=jnp.float32)
+
+
+def default_positions(attention_mask_BxT: jax.Array) -> jax.Array:
+  """cumsum(mask) - 1, clipped at 0: position 0 is each row's first token."""
+  mask = attention_mask_BxT.astype(jnp.int32)
+  return jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
+
+
+def token_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array
+                   ) -> jax.Array:
+  """log softmax(logits)[target] in float32, [B, T]."""
+  logp = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
+  return jnp.take_along_axis(logp, targets_BxT[..., None].astype(jnp.int32),
+                             axis=-1)[..., 0]

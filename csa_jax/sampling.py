@@ -1,0 +1,268 @@
+"""Batched autoregressive sampling with a KV cache: prefill + decode in one jit.
+
+The loop follows the usual JAX LLM samplers (MaxText / Tunix / gemma's
+sampler): the prompt batch is left-padded to a static length P, one prefill
+pass fills the cache, then a `lax.while_loop` decodes one token per step into
+a cache of P + N slots and exits early once every row has emitted a stop
+token. Everything is compiled once per (B, P, N, SamplingConfig, model
+structure).
+
+Log-probs (a documented choice). `logprobs_BxN` is the log-probability of each
+sampled token under the distribution it was actually drawn from: the model's
+logits divided by the temperature, restricted to the top-k / top-p set and
+renormalised. With temperature 1 and no truncation this is the raw model
+distribution; with `greedy=True` it is the raw model distribution (log softmax
+of the untempered logits). The update's importance ratio must use the same
+transform: `sampling_logprobs(logits, targets, cfg)` applies it to
+teacher-forced logits. Under truncation a token outside the new policy's
+top-k/top-p set gets -inf, so for RL prefer temperature-only sampling.
+
+Padding: prompts may be left- or right-padded (each row's real tokens must be
+one contiguous run); they are moved to left padding inside the jit. Use
+`left_pad` to build a bucketed batch from token lists so few shapes compile.
+Stop strings are host-side: `truncate_at_stop` on the decoded text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+
+from csa_jax import mesh as mesh_lib
+from csa_jax.model.decoder import (CACHE_AXES, Decoder, KVCache,
+                                   default_positions, token_logprobs)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """max_new_tokens N; temperature > 0; top_p in (0, 1] (1 = off); top_k >= 0
+  (0 = off); greedy = argmax; stop_token_ids end a row (the stop token is kept
+  and counted in the mask)."""
+  max_new_tokens: int
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0
+  greedy: bool = False
+  stop_token_ids: tuple[int, ...] = ()
+
+  def __post_init__(self):
+    if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
+      raise ValueError(f"SamplingConfig.max_new_tokens must be a positive int, "
+                       f"got {self.max_new_tokens!r}")
+    if not self.temperature > 0:
+      raise ValueError(f"SamplingConfig.temperature must be > 0 (use "
+                       f"greedy=True for argmax), got {self.temperature}")
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"SamplingConfig.top_p must be in (0, 1], "
+                       f"got {self.top_p}")
+    if not isinstance(self.top_k, int) or self.top_k < 0:
+      raise ValueError(f"SamplingConfig.top_k must be an int >= 0 (0 = off), "
+                       f"got {self.top_k!r}")
+    object.__setattr__(self, "stop_token_ids",
+                       tuple(int(t) for t in self.stop_token_ids))
+
+
+@flax.struct.dataclass
+class SampleOutput:
+  """tokens_BxN (pad_id after the stop), logprobs_BxN (0 after the stop),
+  mask_BxN (1 on generated tokens up to and including the stop token),
+  lengths_B (= mask_BxN.sum(1))."""
+  tokens_BxN: jax.Array
+  logprobs_BxN: jax.Array
+  mask_BxN: jax.Array
+  lengths_B: jax.Array
+
+
+def transform_logits(logits_xV: jax.Array, cfg: SamplingConfig) -> jax.Array:
+  """Logits of the sampling distribution: / temperature, top-k, then top-p.
+
+  Entries outside the kept set are -inf. Ties at the top-k threshold are all
+  kept. Top-p keeps the smallest prefix of the sorted distribution whose
+  mass reaches top_p (always at least the most likely token).
+  """
+  logits = logits_xV.astype(jnp.float32) / cfg.temperature
+  if cfg.top_k > 0 and cfg.top_k < logits.shape[-1]:
+    kth = jax.lax.top_k(logits, cfg.top_k)[0][..., -1:]
+    logits = jnp.where(logits < kth, -jnp.inf, logits)
+  if cfg.top_p < 1.0:
+    sorted_desc = -jnp.sort(-logits, axis=-1)
+    probs = jax.nn.softmax(sorted_desc, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    n_keep = jnp.sum(mass_before < cfg.top_p, axis=-1, keepdims=True)
+    threshold = jnp.take_along_axis(sorted_desc, n_keep - 1, axis=-1)
+    logits = jnp.where(logits < threshold, -jnp.inf, logits)
+  return logits
+
+
+def sampling_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array,
+                      cfg: SamplingConfig) -> jax.Array:
+  """Teacher-forced log-probs under the same distribution `sample` reports."""
+  if cfg.greedy:
+    return token_logprobs(logits_BxTxV, targets_BxT)
+  return token_logprobs(transform_logits(logits_BxTxV, cfg), targets_BxT)
+
+
+def _draw(logits_BxV, key, cfg: SamplingConfig):
+  if cfg.greedy:
+    tok_B = jnp.argmax(logits_BxV, axis=-1)
+    dist = logits_BxV
+  else:
+    dist = transform_logits(logits_BxV, cfg)
+    tok_B = jax.random.categorical(key, dist, axis=-1)
+  tok_B = tok_B.astype(jnp.int32)
+  logp_B = token_logprobs(dist[:, None], tok_B[:, None])[:, 0]
+  return tok_B, logp_B
+
+
+def to_left_padding(tokens_BxP, mask_BxP, pad_id):
+  """Moves each row's contiguous run of real tokens to the right end."""
+  p = tokens_BxP.shape[1]
+  mask = mask_BxP.astype(jnp.int32)
+  n_B = mask.sum(1)
+  start_B = jnp.argmax(mask, axis=1)
+  j_P = jnp.arange(p)
+  src_BxP = j_P[None] - (p - n_B)[:, None] + start_B[:, None]
+  valid_BxP = j_P[None] >= (p - n_B)[:, None]
+  moved = jnp.take_along_axis(tokens_BxP, jnp.clip(src_BxP, 0, p - 1), axis=1)
+  return (jnp.where(valid_BxP, moved, pad_id).astype(jnp.int32),
+          valid_BxP.astype(jnp.int32))
+
+
+@flax.struct.dataclass
+class _Loop:
+  step: jax.Array
+  cache: object
+  kv_mask_BxS: jax.Array
+  logits_BxV: jax.Array
+  tokens_BxN: jax.Array
+  logprobs_BxN: jax.Array
+  mask_BxN: jax.Array
+  done_B: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id",
+                                              "cache_sharding"))
+def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, *, cfg, pad_id,
+                cache_sharding):
+  model = nnx.merge(graphdef, state)
+  b, p = tokens_BxP.shape
+  n = cfg.max_new_tokens
+  tokens_BxP, mask_BxP = to_left_padding(tokens_BxP, mask_BxP, pad_id)
+  constrain = ((lambda c: jax.lax.with_sharding_constraint(c, cache_sharding))
+               if cache_sharding is not None else (lambda c: c))
+  cache = constrain(model.init_cache(b, p + n))
+  kv_mask_BxS = jnp.concatenate([mask_BxP, jnp.zeros((b, n), jnp.int32)], 1)
+  logits_BxPxV, cache = model.forward_cached(
+      tokens_BxP, default_positions(mask_BxP), cache, 0, kv_mask_BxS)
+  first_pos_B = mask_BxP.sum(1)  # position of the first generated token
+  stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
+
+  def body(s: _Loop) -> _Loop:
+    tok_B, logp_B = _draw(s.logits_BxV, jax.random.fold_in(rng, s.step), cfg)
+    live_B = ~s.done_B
+    tok_B = jnp.where(live_B, tok_B, pad_id)
+    logp_B = jnp.where(live_B, logp_B, 0.0)
+    done_B = s.done_B | (live_B & jnp.isin(tok_B, stop_ids))
+    kv_mask = s.kv_mask_BxS.at[:, p + s.step].set(1)
+    logits, cache = model.forward_cached(
+        tok_B[:, None], (first_pos_B + s.step)[:, None], s.cache, p + s.step,
+        kv_mask)
+    return _Loop(
+        step=s.step + 1, cache=constrain(cache), kv_mask_BxS=kv_mask,
+        logits_BxV=logits[:, -1],
+        tokens_BxN=s.tokens_BxN.at[:, s.step].set(tok_B),
+        logprobs_BxN=s.logprobs_BxN.at[:, s.step].set(logp_B),
+        mask_BxN=s.mask_BxN.at[:, s.step].set(live_B.astype(jnp.int32)),
+        done_B=done_B)
+
+  def cond(s: _Loop):
+    return (s.step < n) & ~jnp.all(s.done_B)
+
+  init = _Loop(
+      step=jnp.asarray(0, jnp.int32), cache=cache, kv_mask_BxS=kv_mask_BxS,
+      logits_BxV=logits_BxPxV[:, -1],
+      tokens_BxN=jnp.full((b, n), pad_id, jnp.int32),
+      logprobs_BxN=jnp.zeros((b, n), jnp.float32),
+      mask_BxN=jnp.zeros((b, n), jnp.int32),
+      done_B=jnp.zeros((b,), bool))
+  out = jax.lax.while_loop(cond, body, init)
+  return SampleOutput(tokens_BxN=out.tokens_BxN,
+                      logprobs_BxN=out.logprobs_BxN, mask_BxN=out.mask_BxN,
+                      lengths_B=out.mask_BxN.sum(1))
+
+
+def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
+           rng: jax.Array, cfg: SamplingConfig, pad_id: int,
+           mesh: Mesh | None = None,
+           rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES) -> SampleOutput:
+  """Samples up to cfg.max_new_tokens tokens after each prompt row.
+
+  prompt_mask_BxP is 1 on real prompt tokens (left or right padded, at least
+  one per row). With a mesh, the batch is sharded over 'data' and the KV cache
+  by `rules`; place the model first with `mesh.shard_model(model, mesh,
+  SAMPLE_RULES)`. Uses the functional NNX pattern (nnx.split outside,
+  nnx.merge inside one jax.jit).
+  """
+  mask_np = np.asarray(prompt_mask_BxP)
+  if mask_np.ndim != 2 or np.asarray(prompt_tokens_BxP).shape != mask_np.shape:
+    raise ValueError(f"prompt tokens and mask must both be [B, P], got "
+                     f"{np.shape(prompt_tokens_BxP)} and {mask_np.shape}")
+  if not (mask_np.sum(1) > 0).all():
+    raise ValueError("every prompt row needs at least one real token "
+                     "(prompt_mask_BxP row of zeros)")
+  total = mask_np.shape[1] + cfg.max_new_tokens
+  if total > model.cfg.max_seq_len:
+    raise ValueError(f"prompt length {mask_np.shape[1]} + max_new_tokens "
+                     f"{cfg.max_new_tokens} exceeds max_seq_len "
+                     f"{model.cfg.max_seq_len}")
+  tokens = jnp.asarray(prompt_tokens_BxP, jnp.int32)
+  mask = jnp.asarray(mask_np, jnp.int32)
+  cache_sharding = None
+  if mesh is not None:
+    tokens = jax.device_put(tokens, mesh_lib.batch_sharding(mesh))
+    mask = jax.device_put(mask, mesh_lib.batch_sharding(mesh))
+    shape = (mask_np.shape[0], total, model.cfg.num_kv_heads,
+             model.cfg.head_dim)
+    one = NamedSharding(mesh, mesh_lib.logical_to_spec(CACHE_AXES, rules,
+                                                      shape, mesh))
+    n_layers = model.cfg.num_layers
+    cache_sharding = KVCache(k=(one,) * n_layers, v=(one,) * n_layers)
+  graphdef, state = nnx.split(model)
+  return _sample_jit(graphdef, state, tokens, mask, rng, cfg=cfg,
+                     pad_id=int(pad_id), cache_sharding=cache_sharding)
+
+
+def left_pad(token_lists: Sequence[Sequence[int]], pad_id: int,
+             bucket: int = 64) -> tuple[np.ndarray, np.ndarray]:
+  """Left-pads token lists to a multiple of `bucket` (limits recompiles).
+
+  Returns (tokens_BxP int32, mask_BxP int32).
+  """
+  if not token_lists or any(len(t) == 0 for t in token_lists):
+    raise ValueError("left_pad needs a non-empty list of non-empty token lists")
+  if bucket <= 0:
+    raise ValueError(f"left_pad bucket must be > 0, got {bucket}")
+  longest = max(len(t) for t in token_lists)
+  p = -(-longest // bucket) * bucket
+  tokens = np.full((len(token_lists), p), pad_id, np.int32)
+  mask = np.zeros((len(token_lists), p), np.int32)
+  for i, toks in enumerate(token_lists):
+    tokens[i, p - len(toks):] = toks
+    mask[i, p - len(toks):] = 1
+  return tokens, mask
+
+
+def truncate_at_stop(text: str, stop_strings: Sequence[str]
+                     ) -> tuple[str, bool]:
+  """Cuts text before the earliest stop string; returns (text, stopped)."""
+  cut = min((i for i in (text.find(s) for s in stop_strings if s) if i >= 0),
+            default=-1)
+  return (text[:cut], True) if cut >= 0 else (text, False)
