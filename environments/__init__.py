@@ -3,7 +3,12 @@
 Importing this package registers every environment whose engine is installed.
 """
 
+import importlib.util
+
 from environments.base import StepInfo, StepResult, TextEnv
 from environments.registry import list_envs, make_env, register_env
 
-import environments.twx_env  # noqa: F401  (registers "twx")
+import environments.twx_env  # noqa: F401,E402  (registers "twx")
+
+if importlib.util.find_spec("scienceworld"):
+  import environments.scienceworld_env  # noqa: F401,E402  (registers "scienceworld")
