@@ -59,9 +59,10 @@ StepInfo fields:
     task_name, variation, split, awaiting_choice, and objects in "objects" mode.
 
 Expert. `expert_action()` returns the next action of the engine's gold path (generated
-from the initial state; 5-320 steps). It is valid while every state-changing action since
+from the initial state; 5-320 steps). It is defined while every state-changing action since
 reset followed it (invalid actions that leave the move count unchanged do not count); off
-the path it returns None. Generating the gold path costs up to ~15 s per reset
+the path it returns None. The engine's gold paths of some tasks (mendelian-genetics, melt)
+hold a few steps the engine itself rejects and still win; the expert sends them as they are. Generating the gold path costs up to ~15 s per reset
 (mendelian-genetics), so it is made lazily: on the first expert_action() of an episode the
 task is reloaded with the gold path and the episode's actions are replayed (deterministic
 with the default JVM flag). Pass `gold_path=True` to generate it at every reset. The gold
@@ -246,12 +247,12 @@ class ScienceWorldTextEnv(TextEnv):
     return StepResult(observation=obs, reward=delta, done=self._done, info=info)
 
   def _track_gold(self, action: str, state_unchanged: bool) -> None:
-    # An unparsed action that leaves the move count unchanged is a no-op: still on the path.
-    if self._gold is None or state_unchanged or not self._on_gold:
+    if self._gold is None or not self._on_gold:
       return
     if self._gold_pos < len(self._gold) and action == self._gold[self._gold_pos]:
-      self._gold_pos += 1
-    else:
+      self._gold_pos += 1  # even if the engine rejects it: a few gold paths hold such steps
+    elif not state_unchanged:
+      # An unparsed action that leaves the move count unchanged is a no-op: still on the path.
       self._on_gold = False
 
   def _info(self, obs: str, delta: float | None, valid: bool, won: bool = False,
