@@ -233,6 +233,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
        f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
        f"{cfg.model.max_seq_len}"),
+      (r.top_k == 0 and r.top_p == 1.0,
+       "rollout.top_k/top_p truncate the sampling distribution, so a token the updated "
+       "policy no longer keeps gets ratio 0/inf; use temperature only for RL rollouts"),
+      (r.temperature > 0, "rollout.temperature must be > 0"),
       (cfg.tokenizer.kind in ("bpe", "hf"), "tokenizer.kind must be 'bpe' or 'hf'"),
       (a.loss_agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
        "algo.loss_agg must be token-mean, seq-mean-token-mean or seq-mean-token-sum"),

@@ -20,6 +20,7 @@ from flax import nnx
 from csa_jax import losses
 from csa_jax.config import AlgoConfig, OptimConfig
 from csa_jax.model import token_logprobs
+from csa_jax.sampling import SamplingConfig, sampling_logprobs
 
 Batch = dict[str, jax.Array]
 
@@ -74,12 +75,17 @@ def make_sft_step(graphdef, tx) -> Callable[[TrainState, Batch], tuple[TrainStat
   return jax.jit(step, donate_argnums=0)
 
 
-def make_rl_step(graphdef, tx, algo: AlgoConfig):
-  """The clipped policy-gradient step; `ref_params` is used only when algo.kl_coef > 0."""
+def make_rl_step(graphdef, tx, algo: AlgoConfig, sampling_cfg: SamplingConfig):
+  """The clipped policy-gradient step; `ref_params` is used only when algo.kl_coef > 0.
+
+  The ratio's numerator is the log-prob under the same distribution the rollout sampled
+  from (temperature, top-k, top-p of `sampling_cfg`), as the sampler recorded its
+  denominator, so a fresh policy has ratio exactly 1.
+  """
 
   def loss_fn(params, batch, ref_params):
     logits_NxLxV = _logits(graphdef, params, batch)
-    logp_NxL = token_logprobs(logits_NxLxV, batch["targets"])
+    logp_NxL = sampling_logprobs(logits_NxLxV, batch["targets"], sampling_cfg)
     mask = batch["loss_mask"]
     loss, metrics = losses.clipped_policy_loss(
         logp_NxL, batch["old_logp"], batch["adv"], mask,

@@ -71,13 +71,18 @@ def demo_corpus(records) -> list[str]:
   return texts
 
 
+def sampling_config(cfg: ExperimentConfig, tok: Tokenizer, *, greedy: bool
+                    ) -> sampling.SamplingConfig:
+  r = cfg.rollout
+  return sampling.SamplingConfig(
+      max_new_tokens=r.max_action_tokens, temperature=r.temperature, top_p=r.top_p,
+      top_k=r.top_k, greedy=greedy, stop_token_ids=(tok.eos_id,))
+
+
 def make_policy(graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *, greedy: bool,
                 key: jax.Array, mesh=None) -> rollout_lib.PolicyFn:
   """Wraps the jitted sampler as a host-side policy over lists of token ids."""
-  scfg = sampling.SamplingConfig(
-      max_new_tokens=cfg.rollout.max_action_tokens, temperature=cfg.rollout.temperature,
-      top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, greedy=greedy,
-      stop_token_ids=(tok.eos_id,))
+  scfg = sampling_config(cfg, tok, greedy=greedy)
   state = {"key": key}
 
   def policy(prompts: list[list[int]], rng: np.random.Generator):
@@ -220,7 +225,9 @@ class Trainer:
       played += sum(t.length for t in trajs)
       groups = [trajs[i:i + r.group_size] for i in range(0, len(trajs), r.group_size)]
       if c.algo.dynamic_sampling:
-        groups = [g for g in groups if len({t.won for t in g}) > 1]
+        won_BxG = np.array([[t.won for t in g] for g in groups], np.float32)
+        keep_B = np.asarray(adv_lib.dynamic_sampling_keep(jnp.asarray(won_BxG)))
+        groups = [g for g, k in zip(groups, keep_B) if k]
       kept.extend(groups)
       if len(kept) >= r.tasks_per_iter:
         break
@@ -290,7 +297,7 @@ class Trainer:
         meta = {"phase": "rl", "iteration": 0}
         self._save(0, state, meta)
       ref_params = jax.tree.map(jnp.copy, state.params) if c.algo.kl_coef else None
-      rl_step = ts.make_rl_step(graphdef, tx, c.algo)
+      rl_step = ts.make_rl_step(graphdef, tx, c.algo, sampling_config(c, self.tok, greedy=False))
 
       start = int(meta["iteration"])
       with tqdm(total=c.rl_iterations, initial=start, desc=f"rl ({c.algo.estimator})",
