@@ -35,8 +35,9 @@ import tempfile
 import time
 from typing import Any
 
-# alfworld.info creates $ALFWORLD_DATA (default ~/.cache/alfworld) on import; nothing is fetched.
+# Importing alfworld creates $ALFWORLD_DATA (default ~/.cache/alfworld) on import; nothing is fetched.
 import alfworld.gen.constants as C
+import numpy as np
 import alfworld.gen.goal_library as goal_library
 import textworld
 import textworld.envs.pddl.textgen as _textgen
@@ -240,8 +241,6 @@ def _load_scene(floorplan: int) -> _Scene:
     recs = {k: tuple(v) for k, v in json.load(f).items() if _rtype(k) in _STATIC_RECEPTACLES}
   with open(base + "-objects.json") as f:
     types = frozenset(json.load(f))
-  import numpy as np  # only here: the reachable points of the floor plan
-
   points = tuple(map(tuple, np.load(base + "-layout.npy").tolist()))
   return _Scene(floorplan, dict(sorted(recs.items())), types, points)
 
