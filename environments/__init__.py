@@ -12,3 +12,5 @@ import environments.twx_env  # noqa: F401,E402  (registers "twx")
 
 if importlib.util.find_spec("scienceworld"):
   import environments.scienceworld_env  # noqa: F401,E402  (registers "scienceworld")
+if importlib.util.find_spec("alfworld"):
+  import environments.alfworld_env  # noqa: F401,E402  (registers "alfworld")
