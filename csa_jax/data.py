@@ -5,7 +5,7 @@ The loss falls on the action tokens only; each of them carries that step's advan
 and the log-prob it had under the sampling policy (the PPO ratio's denominator). SFT
 rows are the same with the expert's action, advantage 1 and no old log-probs.
 
-Every row becomes arrays of one length L, and the row count is padded to whole
+Every row becomes arrays of fixed lengths (L inputs, A action tokens), and the row count is padded to whole
 batches with rows whose loss mask is 0, so the jitted update compiles once.
 """
 
@@ -20,7 +20,10 @@ from csa_jax.rollout import Trajectory
 
 Row = dict[str, Any]
 
-BATCH_KEYS = ("inputs", "targets", "attn_mask", "loss_mask", "old_logp", "adv")
+# [N, L] over the whole row: inputs, attn_mask. [N, A] over the action tokens only:
+# act_pos (the input position whose next token is action token a), targets, loss_mask,
+# old_logp, adv. The update computes logits at act_pos alone.
+BATCH_KEYS = ("inputs", "attn_mask", "act_pos", "targets", "loss_mask", "old_logp", "adv")
 
 
 def rl_rows(trajs: Sequence[Trajectory], adv_BxGxT: np.ndarray, group_size: int) -> list[Row]:
@@ -41,23 +44,28 @@ def sft_row(prompt_ids: list[int], action_ids: list[int]) -> Row:
           "old_logps": [0.0] * len(action_ids), "advantage": 1.0}
 
 
-def row_arrays(row: Row, seq_len: int) -> dict[str, np.ndarray]:
-  """Teacher-forcing arrays of length `seq_len`: position p predicts targets[p]."""
+def row_arrays(row: Row, seq_len: int, action_len: int) -> dict[str, np.ndarray]:
+  """Teacher-forcing arrays: `seq_len` input slots, `action_len` action-token slots.
+
+  Input position act_pos[a] predicts targets[a], the a-th action token.
+  """
   prompt, action = list(row["prompt_ids"]), list(row["action_ids"])
   seq = prompt + action
-  if len(seq) - 1 > seq_len:
-    raise ValueError(f"row of {len(seq)} tokens does not fit seq_len {seq_len} + 1")
-  n = len(seq) - 1
-  out = {k: np.zeros(seq_len, np.int32 if k in ("inputs", "targets", "attn_mask") else np.float32)
-         for k in BATCH_KEYS}
+  if len(seq) - 1 > seq_len or len(action) > action_len:
+    raise ValueError(f"row of {len(prompt)} prompt + {len(action)} action tokens does not "
+                     f"fit seq_len {seq_len} + 1 / action_len {action_len}")
+  n, a = len(seq) - 1, len(action)
+  out = {"inputs": np.zeros(seq_len, np.int32), "attn_mask": np.zeros(seq_len, np.int32),
+         "act_pos": np.zeros(action_len, np.int32), "targets": np.zeros(action_len, np.int32)}
+  for k in ("loss_mask", "old_logp", "adv"):
+    out[k] = np.zeros(action_len, np.float32)
   out["inputs"][:n] = seq[:-1]
-  out["targets"][:n] = seq[1:]
   out["attn_mask"][:n] = 1
-  # Target index j holds seq[j+1]; the action starts at seq[len(prompt)].
-  lo = len(prompt) - 1
-  out["loss_mask"][lo:n] = 1.0
-  out["old_logp"][lo:n] = row["old_logps"]
-  out["adv"][lo:n] = row["advantage"]
+  out["act_pos"][:a] = np.arange(len(prompt) - 1, n)
+  out["targets"][:a] = action
+  out["loss_mask"][:a] = 1.0
+  out["old_logp"][:a] = row["old_logps"]
+  out["adv"][:a] = row["advantage"]
   return out
 
 
@@ -66,8 +74,8 @@ def _empty_row(pad_id: int) -> Row:
   return {"prompt_ids": [pad_id, pad_id], "action_ids": [], "old_logps": [], "advantage": 0.0}
 
 
-def batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, pad_id: int,
-            seed: int, epochs: int = 1) -> grain.MapDataset:
+def batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: int,
+            pad_id: int, seed: int, epochs: int = 1) -> grain.MapDataset:
   """Shuffled (anew each epoch) fixed-shape batches over `rows`, `epochs` times."""
   if not rows:
     raise ValueError("no training rows")
@@ -76,7 +84,7 @@ def batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, pad_id: int,
   return (grain.MapDataset.source(rows)
           .shuffle(seed=seed)
           .repeat(epochs)
-          .map(lambda r: row_arrays(r, seq_len))
+          .map(lambda r: row_arrays(r, seq_len, action_len))
           .batch(batch_size, drop_remainder=True))
 
 

@@ -57,42 +57,66 @@ class Trajectory:
 # Prompts.
 
 
-def prompt_text(task: str, history: Sequence[tuple[str, str]], observation: str,
-                admissible: Sequence[str]) -> tuple[str, str]:
-  """(header, body): the task line, and the turns, observation, actions and cue."""
-  header = f"Task: {task.strip()}\n"
-  # Past observations keep only their first sentence ("You are in the kitchen."): enough
-  # to tell where the agent was, short enough to keep several turns in a small window.
-  turns = "".join(f"> {a}\n{_first_sentence(o)}\n" for a, o in history)
-  actions = " | ".join(admissible)
-  body = f"{turns}Now: {observation.strip()}\nActions: {actions}\nAction:"
-  return header, body
-
-
 def _first_sentence(text: str, max_chars: int = 120) -> str:
   text = text.strip()
   cut = text.find(". ")
   return (text if cut < 0 else text[:cut + 1])[:max_chars]
 
 
+def prompt_parts(task: str, history: Sequence[tuple[str, str]], observation: str,
+                 admissible: Sequence[str]) -> tuple[str, list[str], str, str]:
+  """(header, one string per past turn, observation, tail with actions and the cue)."""
+  header = f"Task: {task.strip()}\n"
+  # Past observations keep only their first sentence ("You are in the kitchen."): enough
+  # to tell where the agent was, short enough to keep several turns in a small window.
+  turns = [f"> {a}\n{_first_sentence(o)}\n" for a, o in history]
+  tail = f"\nActions: {' | '.join(admissible)}\nAction:"
+  return header, turns, f"Now: {observation.strip()}", tail
+
+
+def prompt_text(task: str, history: Sequence[tuple[str, str]], observation: str,
+                admissible: Sequence[str]) -> str:
+  header, turns, obs, tail = prompt_parts(task, history, observation, admissible)
+  return header + "".join(turns) + obs + tail
+
+
+def _middle_cut(ids: list[int], budget: int, sep: list[int]) -> list[int]:
+  """At most `budget` ids: the start and the end survive, the middle becomes `sep`."""
+  if len(ids) <= budget:
+    return ids
+  if budget <= len(sep):
+    return ids[:max(budget, 0)]
+  keep = budget - len(sep)
+  head = keep // 3
+  return ids[:head] + sep + ids[len(ids) - (keep - head):]
+
+
 def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
                   observation: str, admissible: Sequence[str], *, history_turns: int,
-                  max_tokens: int) -> list[int]:
+                  max_tokens: int, min_obs_tokens: int = 48) -> list[int]:
   """Token ids of the prompt, at most `max_tokens` long.
 
-  Older turns are dropped first; if it is still too long the body loses its start, so
-  the observation's end, the admissible actions and the "Action:" cue always survive.
+  The budget goes first to the task line (at most a quarter), the admissible actions and
+  the "Action:" cue (at most half), then to the last `history_turns` turns, newest
+  first, as long as the current observation keeps `min_obs_tokens`; the observation
+  takes the rest and, if longer, loses its middle (its start says where the agent is,
+  its end often lists exits and objects).
   """
   history = list(history)[-history_turns:] if history_turns > 0 else []
-  while True:
-    header, body = prompt_text(task, history, observation, admissible)
-    head_ids = tok.encode(header)[: max_tokens // 4]
-    body_ids = tok.encode(body)
-    if len(head_ids) + len(body_ids) <= max_tokens or not history:
+  header, turns, obs, tail = prompt_parts(task, history, observation, admissible)
+  head_ids = tok.encode(header)[: max_tokens // 4]
+  tail_ids = tok.encode(tail)
+  tail_ids = tail_ids[-(max_tokens // 2):]
+  room = max_tokens - len(head_ids) - len(tail_ids)
+  obs_ids = tok.encode(obs)
+  turn_ids: list[int] = []
+  for t in reversed(turns):
+    ids = tok.encode(t)
+    if len(turn_ids) + len(ids) + min(len(obs_ids), min_obs_tokens) > room:
       break
-    history = history[1:]
-  room = max_tokens - len(head_ids)
-  return head_ids + body_ids[-room:]
+    turn_ids = ids + turn_ids
+  obs_ids = _middle_cut(obs_ids, room - len(turn_ids), tok.encode(" ... "))
+  return head_ids + turn_ids + obs_ids + tail_ids
 
 
 def anchor_id(anchor: str) -> int:

@@ -4,7 +4,8 @@ Functional NNX (as in Tunix/MaxText): the model is split once into a static grap
 definition and a parameter pytree; the steps are pure functions of
 (TrainState, batch) -> (TrainState, metrics), jitted with the state donated, so XLA
 updates parameters and optimizer state in place. Batches are the fixed-shape arrays of
-`csa_jax.data` (position p predicts targets[p]; loss only where loss_mask is 1).
+`csa_jax.data`: [N, L] inputs, and [N, A] action-token targets at input positions act_pos;
+the loss falls where loss_mask is 1.
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def init_state(params, tx: optax.GradientTransformation) -> TrainState:
 
 
 def _logits(graphdef, params, batch: Batch) -> jax.Array:
+  """Logits [N, A, V] at the positions that predict action tokens."""
   model = nnx.merge(graphdef, params)
-  return model(batch["inputs"], attention_mask_BxT=batch["attn_mask"])
+  return model(batch["inputs"], attention_mask_BxT=batch["attn_mask"],
+               logit_positions_BxK=batch["act_pos"])
 
 
 def _apply(tx, state: TrainState, grads, metrics) -> tuple[TrainState, dict]:
@@ -63,9 +66,9 @@ def make_sft_step(graphdef, tx) -> Callable[[TrainState, Batch], tuple[TrainStat
   """Mean negative log-likelihood of the expert's action tokens."""
 
   def loss_fn(params, batch):
-    logp_NxL = token_logprobs(_logits(graphdef, params, batch), batch["targets"])
+    logp_NxA = token_logprobs(_logits(graphdef, params, batch), batch["targets"])
     mask = batch["loss_mask"]
-    nll = -(logp_NxL * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+    nll = -(logp_NxA * mask).sum() / jnp.maximum(mask.sum(), 1.0)
     return nll, {"nll": nll}
 
   def step(state: TrainState, batch: Batch):
@@ -84,21 +87,21 @@ def make_rl_step(graphdef, tx, algo: AlgoConfig, sampling_cfg: SamplingConfig):
   """
 
   def loss_fn(params, batch, ref_params):
-    logits_NxLxV = _logits(graphdef, params, batch)
-    logp_NxL = sampling_logprobs(logits_NxLxV, batch["targets"], sampling_cfg)
+    logits_NxAxV = _logits(graphdef, params, batch)
+    logp_NxA = sampling_logprobs(logits_NxAxV, batch["targets"], sampling_cfg)
     mask = batch["loss_mask"]
     loss, metrics = losses.clipped_policy_loss(
-        logp_NxL, batch["old_logp"], batch["adv"], mask,
+        logp_NxA, batch["old_logp"], batch["adv"], mask,
         clip_low=algo.clip_low, clip_high=algo.clip_high,
         dual_clip=algo.dual_clip if algo.dual_clip > 0 else None, agg=algo.loss_agg)
     metrics = dict(metrics, pg_loss=loss,
-                   entropy=losses.entropy_from_logits(logits_NxLxV, mask))
+                   entropy=losses.entropy_from_logits(logits_NxAxV, mask))
     if algo.entropy_coef:
       loss = loss - algo.entropy_coef * metrics["entropy"]
     if algo.kl_coef:
       ref_logp = jax.lax.stop_gradient(
           token_logprobs(_logits(graphdef, ref_params, batch), batch["targets"]))
-      kl = losses.kl_penalty(logp_NxL, ref_logp, mask, kind=algo.kl_kind, agg=algo.loss_agg)
+      kl = losses.kl_penalty(logp_NxA, ref_logp, mask, kind=algo.kl_kind, agg=algo.loss_agg)
       loss = loss + algo.kl_coef * kl
       metrics["kl_ref"] = kl
     return loss, metrics

@@ -190,7 +190,8 @@ class Trainer:
     c = self.cfg
     rows = demo_rows(records, tok, c)
     seq_len = c.rollout.max_prompt_tokens + c.rollout.max_action_tokens
-    ds = data_lib.batches(rows, batch_size=c.sft.batch_size, seq_len=seq_len, pad_id=tok.pad_id,
+    ds = data_lib.batches(rows, batch_size=c.sft.batch_size, seq_len=seq_len,
+                          action_len=c.rollout.max_action_tokens, pad_id=tok.pad_id,
                           seed=c.seed, epochs=c.sft.epochs)
     tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
     state = ts.init_state(params, tx)
@@ -254,7 +255,8 @@ class Trainer:
       rows = data_lib.rl_rows(trajs, adv_BxGxT, c.rollout.group_size)
       seq_len = c.rollout.max_prompt_tokens + c.rollout.max_action_tokens
       ds = data_lib.batches(rows, batch_size=c.algo.minibatch_size, seq_len=seq_len,
-                            pad_id=self.tok.pad_id, seed=c.seed + it, epochs=c.algo.epochs)
+                            action_len=c.rollout.max_action_tokens, pad_id=self.tok.pad_id,
+                            seed=c.seed + it, epochs=c.algo.epochs)
       t1 = time.perf_counter()
       upd = {}
       for batch in data_lib.iterate(ds):

@@ -9,38 +9,38 @@ from csa_jax import data as D
 def test_row_arrays_against_a_loop():
   row = {"prompt_ids": [5, 6, 7], "action_ids": [8, 9, 1], "old_logps": [-0.1, -0.2, -0.3],
          "advantage": 1.5}
-  a = D.row_arrays(row, seq_len=8)
+  a = D.row_arrays(row, seq_len=8, action_len=4)
   seq = [5, 6, 7, 8, 9, 1]
   for p in range(8):
     real = p < len(seq) - 1
     assert a["inputs"][p] == (seq[p] if real else 0)
-    assert a["targets"][p] == (seq[p + 1] if real else 0)
     assert a["attn_mask"][p] == int(real)
-    is_action_target = real and p + 1 >= 3
-    assert a["loss_mask"][p] == float(is_action_target)
-    if is_action_target:
-      assert a["old_logp"][p] == pytest.approx(row["old_logps"][p + 1 - 3])
-      assert a["adv"][p] == 1.5
+  for k in range(4):
+    if k < 3:  # action token k is seq[3 + k], predicted from input position 2 + k
+      assert a["act_pos"][k] == 2 + k and a["inputs"][a["act_pos"][k]] == seq[2 + k]
+      assert a["targets"][k] == seq[3 + k]
+      assert a["loss_mask"][k] == 1.0 and a["adv"][k] == 1.5
+      assert a["old_logp"][k] == pytest.approx(row["old_logps"][k])
     else:
-      assert a["old_logp"][p] == 0 and a["adv"][p] == 0
+      assert a["loss_mask"][k] == 0 and a["adv"][k] == 0 and a["old_logp"][k] == 0
 
 
-def test_row_too_long_fails():
+@pytest.mark.parametrize("prompt, action", [(8, 3), (2, 5)])
+def test_row_too_long_fails(prompt, action):
   with pytest.raises(ValueError, match="does not fit"):
-    D.row_arrays({"prompt_ids": [1] * 8, "action_ids": [2] * 3, "old_logps": [0] * 3,
-                  "advantage": 0.0}, seq_len=8)
+    D.row_arrays({"prompt_ids": [1] * prompt, "action_ids": [2] * action,
+                  "old_logps": [0] * action, "advantage": 0.0}, seq_len=8, action_len=4)
 
 
 def test_batches_cover_each_row_once_per_epoch_and_pad():
   rows = [D.sft_row([2, 3 + i], [100 + i, 1]) for i in range(10)]
-  ds = D.batches(rows, batch_size=4, seq_len=6, pad_id=0, seed=3, epochs=2)
+  ds = D.batches(rows, batch_size=4, seq_len=6, action_len=3, pad_id=0, seed=3, epochs=2)
   got = list(D.iterate(ds))
   assert len(got) == 6  # 10 rows padded to 12, two epochs, batches of 4
   for b in got:
     assert all(v.shape[0] == 4 for v in b.values())
   for epoch in (got[:3], got[3:]):
-    seen = [int(t) for b in epoch for r in range(4)
-            for t in b["targets"][r][b["loss_mask"][r] > 0][:1]]
+    seen = [int(b["targets"][r][0]) for b in epoch for r in range(4) if b["loss_mask"][r][0]]
     assert sorted(seen) == list(range(100, 110))
   orders = [[int(b["inputs"][r][1]) for b in e for r in range(4)] for e in (got[:3], got[3:])]
   assert orders[0] != orders[1]  # reshuffled each epoch

@@ -269,3 +269,19 @@ def test_tiny_config_size():
   model = Decoder(ModelConfig.tiny(256), rngs=nnx.Rngs(0))
   n = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
   assert 300_000 <= n <= 1_000_000
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_logit_positions_select_rows_of_the_full_logits(tied):
+  model = _model(tie_embeddings=tied)
+  rng = np.random.default_rng(5)
+  tokens = jnp.asarray(rng.integers(0, model.cfg.vocab_size, (3, 10)), jnp.int32)
+  mask = jnp.asarray(np.array([[1] * 10, [1] * 7 + [0] * 3, [0] * 2 + [1] * 8]), jnp.int32)
+  pos_BxK = np.array([[0, 9], [3, 6], [2, 2]], np.int32)
+  full = np.asarray(model(tokens, attention_mask_BxT=mask))
+  part = np.asarray(jax.jit(lambda t, m, p: model(t, attention_mask_BxT=m, logit_positions_BxK=p))(
+      tokens, mask, jnp.asarray(pos_BxK)))
+  assert part.shape == (3, 2, model.cfg.vocab_size)
+  for b in range(3):
+    for k in range(2):
+      np.testing.assert_allclose(part[b, k], full[b, pos_BxK[b, k]], rtol=1e-5, atol=1e-5)

@@ -11,23 +11,48 @@ TOK = train_bpe(["You are in the kitchen. To the North you see the pantry.", " m
 
 
 def test_prompt_keeps_cue_and_actions_when_truncated():
-  obs = "You are in the kitchen. " + "There is a chair. " * 80
+  obs = "You are in the kitchen. " + "There is a chair. " * 80 + "To the North you see the pantry."
   hist = [("move north", "You are in the pantry. It is dark.")] * 5
   ids = R.encode_prompt(TOK, "find the coin", hist, obs, ["move north", "take coin"],
-                        history_turns=3, max_tokens=64)
-  assert len(ids) <= 64
+                        history_turns=3, max_tokens=96)
+  assert len(ids) <= 96
   text = TOK.decode(ids)
-  assert text.startswith("Task: find the coin")
-  assert text.endswith("Actions: move north | take coin\nAction:")
+  assert text.startswith("Task: find the coin\n> move north\nYou are in the pantry.\n")
+  assert "Now: You are in the kitchen." in text and " ... " in text
+  assert text.endswith("To the North you see the pantry.\nActions: move north | take coin\nAction:")
 
 
-def test_prompt_history_is_last_turns_first_sentence():
+def test_prompt_untruncated_is_the_plain_text():
+  hist = [("move east", "You are in the corridor. Long details follow.")]
+  args = ("find it", hist, "You see a coin.", ["take coin", "move west"])
+  ids = R.encode_prompt(TOK, *args, history_turns=2, max_tokens=1000)
+  assert TOK.decode(ids) == R.prompt_text(*args)
+  assert TOK.decode(ids) == ("Task: find it\n> move east\nYou are in the corridor.\n"
+                             "Now: You see a coin.\nActions: take coin | move west\nAction:")
+
+
+def test_prompt_drops_oldest_turns_first():
   hist = [(f"move {d}", f"You are in room {i}. Long details follow.")
           for i, d in enumerate(["north", "south", "east", "west"])]
-  ids = R.encode_prompt(TOK, "t", hist, "obs", ["a"], history_turns=2, max_tokens=1000)
-  text = TOK.decode(ids)
-  assert "> move east\nYou are in room 2.\n> move west\nYou are in room 3.\n" in text
-  assert "room 1" not in text and "Long details" not in text
+  obs = "You are in the hall. " + "A lamp. " * 40
+  full = R.encode_prompt(TOK, "t", hist, obs, ["a"], history_turns=4, max_tokens=10_000)
+  for budget in (len(full) - 1, 110, 90):
+    text = TOK.decode(R.encode_prompt(TOK, "t", hist, obs, ["a"], history_turns=4,
+                                      max_tokens=budget, min_obs_tokens=48))
+    kept = [i for i in range(4) if f"room {i}." in text]
+    assert kept == list(range(4 - len(kept), 4))  # a suffix: the newest turns
+  assert len(R.encode_prompt(TOK, "t", hist, obs, ["a"], history_turns=4, max_tokens=90)) <= 90
+
+
+@pytest.mark.parametrize("n, budget", [(10, 20), (30, 12), (30, 3), (30, 0)])
+def test_middle_cut(n, budget):
+  ids, sep = list(range(100, 100 + n)), [1, 2]
+  out = R._middle_cut(ids, budget, sep)
+  assert len(out) == min(n, budget)
+  if n > budget > len(sep):
+    keep = budget - 2
+    assert out[: keep // 3] == ids[: keep // 3] and out[keep // 3: keep // 3 + 2] == sep
+    assert out[keep // 3 + 2:] == ids[n - (keep - keep // 3):]
 
 
 def _traj(task, n_steps, won, seed):

@@ -25,7 +25,7 @@ def _batch(rng, n=4, L=12, adv=None):
     a = rng.integers(2, 64, size=int(rng.integers(1, 4))).tolist() + [1]
     rows.append({"prompt_ids": p, "action_ids": a, "old_logps": [0.0] * len(a),
                  "advantage": float(adv[i]) if adv is not None else 1.0})
-  return rows, {k: np.stack([D.row_arrays(r, L)[k] for r in rows]) for k in D.BATCH_KEYS}
+  return rows, {k: np.stack([D.row_arrays(r, L, 4)[k] for r in rows]) for k in D.BATCH_KEYS}
 
 
 def _model():
@@ -48,9 +48,12 @@ def test_sft_step_fits_a_batch():
 
 
 def _old_logps(graphdef, params, batch):
+  """Action-token log-probs from a full forward pass (all positions), then gathered."""
   logits = nnx.merge(graphdef, params)(jnp.asarray(batch["inputs"]),
                                        attention_mask_BxT=jnp.asarray(batch["attn_mask"]))
-  return np.asarray(token_logprobs(logits, jnp.asarray(batch["targets"]))) * batch["loss_mask"]
+  logits = np.take_along_axis(np.asarray(logits), batch["act_pos"][..., None], axis=1)
+  return np.asarray(token_logprobs(jnp.asarray(logits), jnp.asarray(batch["targets"]))
+                    ) * batch["loss_mask"]
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
@@ -63,9 +66,9 @@ def test_rl_first_step_is_the_policy_gradient(agg):
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
 
   def reference_loss(p):  # on-policy surrogate: -A * log pi, aggregated like `agg`
-    logp = token_logprobs(nnx.merge(graphdef, p)(batch["inputs"],
-                                                 attention_mask_BxT=batch["attn_mask"]),
-                          batch["targets"])
+    logits = nnx.merge(graphdef, p)(batch["inputs"], attention_mask_BxT=batch["attn_mask"])
+    logits = jnp.take_along_axis(logits, batch["act_pos"][..., None], axis=1)
+    logp = token_logprobs(logits, batch["targets"])
     m = batch["loss_mask"]
     per_tok = -batch["adv"] * logp * m
     if agg == "token-mean":

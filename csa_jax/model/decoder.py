@@ -229,13 +229,16 @@ class Decoder(nnx.Module):
 
   def __call__(self, tokens_BxT: jax.Array, *,
                positions_BxT: jax.Array | None = None,
-               attention_mask_BxT: jax.Array | None = None) -> jax.Array:
+               attention_mask_BxT: jax.Array | None = None,
+               logit_positions_BxK: jax.Array | None = None) -> jax.Array:
     """Causal forward pass; attention_mask_BxT is 1 on real tokens, 0 on pads.
 
     Works for left and right padding: keys on pads are masked, and positions
     default to cumsum(mask) - 1 so a padded row gives the same logits on its
     real tokens as the unpadded row. Logits on pad slots are meaningless.
-    Returns logits [B, T, V] in float32.
+    Returns logits [B, T, V] in float32, or [B, K, V] at logit_positions_BxK
+    only: an RL row's loss covers a few action tokens after a long prompt, and
+    the vocabulary projection and softmax then cost K/T of the full ones.
     """
     if attention_mask_BxT is None:
       attention_mask_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
@@ -246,6 +249,8 @@ class Decoder(nnx.Module):
     causal_TxT = jnp.tril(jnp.ones((t, t), bool))
     mask_BxTxT = causal_TxT[None] & valid_BxT[:, None, :]
     x, _ = self._layers(tokens_BxT, positions_BxT, mask_BxTxT, None, None)
+    if logit_positions_BxK is not None:
+      x = jnp.take_along_axis(x, logit_positions_BxK[..., None].astype(jnp.int32), axis=1)
     return self._logits(x)
 
   def forward_cached(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
