@@ -69,8 +69,8 @@ def main(argv=None) -> int:
         f"estimator {cfg.algo.estimator}, mesh {cfg.mesh}, workdir {workdir}")
   summary = Trainer(cfg, workdir, resume=args.resume).run()
   print()
-  print(f"Held-out evaluation ({cfg.env.eval_split} split, "
-        f"{'greedy' if cfg.eval.greedy else 'sampled'} actions):")
+  print(f"Held-out evaluation ({cfg.eval.num_episodes} tasks of the {cfg.env.eval_split} "
+        "split, never trained on):")
   print(summary_table(summary, cfg.env.eval_split))
   print(f"\nwritten to {workdir}: metrics.jsonl, tb/, learning_curve.png, config.json, "
         "tokenizer.json, checkpoints/")

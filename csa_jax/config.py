@@ -103,7 +103,9 @@ class SFTConfig:
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
   num_episodes: int = 100
+  # Greedy actions, and (also) actions sampled at the rollout temperature.
   greedy: bool = True
+  sampled: bool = True
   # Evaluate every this many RL iterations (0: only before and after RL).
   every: int = 0
 
@@ -242,6 +244,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        "algo.loss_agg must be token-mean, seq-mean-token-mean or seq-mean-token-sum"),
       (a.epochs >= 1 and a.minibatch_size >= 1, "algo.epochs and algo.minibatch_size must be >= 1"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
+      (cfg.eval.greedy or cfg.eval.sampled, "eval.greedy and eval.sampled are both off"),
   ]
   for ok, msg in checks:
     if not ok:

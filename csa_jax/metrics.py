@@ -105,11 +105,13 @@ def plot_learning_curve(jsonl_path: str, png_path: str, title: str = "") -> str:
   if train:
     x, y = zip(*train)
     ax.plot(x, y, ".-", alpha=0.6, label="training rollouts (sampled)")
-  evals = [(r["perf/env_steps_total"], r["eval/success"]) for r in recs
-           if "eval/success" in r and "perf/env_steps_total" in r]
-  if evals:
-    x, y = zip(*evals)
-    ax.plot(x, y, "o-", color="black", label="held-out eval")
+  for prefix, style, label in (("eval", "o-", "held-out eval (greedy)"),
+                                ("eval_sampled", "s--", "held-out eval (sampled)")):
+    evals = [(r["perf/env_steps_total"], r[f"{prefix}/success"]) for r in recs
+             if f"{prefix}/success" in r and "perf/env_steps_total" in r]
+    if evals:
+      x, y = zip(*evals)
+      ax.plot(x, y, style, color="black", label=label)
   ax.set_xlabel("environment steps in RL training")
   ax.set_ylabel("success rate")
   ax.set_ylim(-0.02, 1.02)

@@ -101,13 +101,15 @@ def make_policy(graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *, 
   return policy
 
 
-def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str) -> tuple[dict, list]:
+def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str
+             ) -> tuple[dict, list]:
+  """The first eval.num_episodes tasks of the held-out split, one episode each."""
   n = cfg.eval.num_episodes
   tasks = [(cfg.env.eval_split, i) for i in range(n)]
   with tqdm(total=n, desc=f"eval {label}", unit="ep", leave=False) as bar:
     trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, cfg.rollout,
                                      np.random.default_rng(0), on_wave=bar.update)
-  return metrics_lib.episode_metrics(trajs, "eval"), trajs
+  return metrics_lib.episode_metrics(trajs, prefix), trajs
 
 
 def compute_advantages(arrays: rollout_lib.GroupArrays, algo) -> np.ndarray:
@@ -286,14 +288,24 @@ class Trainer:
       key = jax.random.key(c.seed)
       sample_policy = make_policy(graphdef, lambda: live["params"], self.tok, c, greedy=False,
                                   key=jax.random.fold_in(key, 1), mesh=self.mesh)
-      eval_policy = make_policy(graphdef, lambda: live["params"], self.tok, c,
-                                greedy=c.eval.greedy, key=jax.random.fold_in(key, 2), mesh=self.mesh)
+      # Held-out evaluation: greedy actions ("eval/") and, if asked, sampled ones at the
+      # rollout temperature ("eval_sampled/"), the policy RL actually optimises.
+      evals = [(greedy, "eval" if greedy else "eval_sampled",
+                make_policy(graphdef, lambda: live["params"], self.tok, c, greedy=greedy,
+                            key=jax.random.fold_in(key, 2 + greedy), mesh=self.mesh))
+               for greedy, on in ((True, c.eval.greedy), (False, c.eval.sampled)) if on]
+
+      def evaluate_all(label: str) -> dict:
+        out = {}
+        for greedy, prefix, policy in evals:
+          out |= evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix)[0]
+        return out
 
       if meta["phase"] == "start":
         params = self._sft(graphdef, state.params, self.tok, records)
         state = ts.init_state(params, tx)
         live["params"] = state.params
-        m, _ = evaluate(pool, eval_policy, self.tok, c, "SFT")
+        m = evaluate_all("SFT")
         self.summary["sft"] = m
         self.writer.write(0, m | {"perf/env_steps_total": 0})
         meta = {"phase": "rl", "iteration": 0}
@@ -308,15 +320,14 @@ class Trainer:
           state, m = self._rl_iteration(it, pool, sample_policy, rl_step, state, ref_params)
           live["params"] = state.params
           if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
-            em, _ = evaluate(pool, eval_policy, self.tok, c, f"it {it + 1}")
-            m |= em
+            m |= evaluate_all(f"it {it + 1}")
           self.writer.write(it + 1, m)
           bar.update()
           bar.set_postfix(success=f"{m.get('rollout/success', float('nan')):.2f}",
                           steps=self.env_steps)
           if (it + 1) % c.checkpoint_every == 0:
             self._save(it + 1, state, {"phase": "rl", "iteration": it + 1})
-      m, _ = evaluate(pool, eval_policy, self.tok, c, "RL")
+      m = evaluate_all("RL")
       self.summary["rl"] = m
       self.writer.write(c.rl_iterations, m | {"perf/env_steps_total": self.env_steps})
       self._save(c.rl_iterations, state, {"phase": "done", "iteration": c.rl_iterations})
@@ -333,13 +344,19 @@ class Trainer:
 
 
 def summary_table(summary: dict[str, Any], split: str) -> str:
-  rows = [("policy", f"{split} success", "mean episode length", "episodes")]
+  """A Markdown table of the held-out evaluations (greedy and sampled where run)."""
+  cols = [("eval", "greedy"), ("eval_sampled", "sampled")]
+  present = [(p, n) for p, n in cols if any(f"{p}/success" in m for m in summary.values())]
+  head = ["policy"] + [f"{split} success ({n})" for _, n in present] + \
+         [f"mean length ({n})" for _, n in present] + ["episodes"]
+  rows = [head]
   for name, key in (("SFT", "sft"), ("SFT + RL", "rl")):
     if key in summary:
       m = summary[key]
-      rows.append((name, f"{m['eval/success']:.3f}", f"{m['eval/episode_len']:.2f}",
-                   f"{int(m['eval/episodes'])}"))
-  widths = [max(len(r[i]) for r in rows) for i in range(4)]
+      rows.append([name] + [f"{m[f'{p}/success']:.3f}" for p, _ in present] +
+                  [f"{m[f'{p}/episode_len']:.2f}" for p, _ in present] +
+                  [f"{int(m[f'{present[0][0]}/episodes'])}"])
+  widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
   lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
   lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
   return "\n".join(lines)

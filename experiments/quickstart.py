@@ -35,10 +35,10 @@ def base() -> ExperimentConfig:
                             max_prompt_tokens=128, max_action_tokens=8, num_envs=32),
       algo=AlgoConfig(estimator="csa", lam=0.5, clip_low=0.2, clip_high=0.28,
                       loss_agg="token-mean", epochs=1, minibatch_size=64),
-      optim=OptimConfig(learning_rate=1e-4, grad_clip=1.0),
-      sft=SFTConfig(num_demos=200, epochs=12, batch_size=64, learning_rate=2e-3),
-      eval=EvalConfig(num_episodes=100, greedy=True),
-      rl_iterations=20,
+      optim=OptimConfig(learning_rate=3e-4, grad_clip=1.0),
+      sft=SFTConfig(num_demos=100, epochs=10, batch_size=64, learning_rate=2e-3),
+      eval=EvalConfig(num_episodes=100, greedy=True, sampled=True, every=10),
+      rl_iterations=40,
       checkpoint_every=5,
   )
 

@@ -29,9 +29,10 @@ def test_quickstart_shape_end_to_end_and_resume(tmp_path):
   work = str(tmp_path / "run")
   summary = Trainer(tiny_cfg(2), work).run()
   for key in ("sft", "rl"):
-    m = summary[key]
-    assert m["eval/episodes"] == 6
-    assert 0.0 <= m["eval/success"] <= 1.0 and 1.0 <= m["eval/episode_len"] <= 4.0
+    for prefix in ("eval", "eval_sampled"):
+      m = summary[key]
+      assert m[f"{prefix}/episodes"] == 6
+      assert 0.0 <= m[f"{prefix}/success"] <= 1.0 and 1.0 <= m[f"{prefix}/episode_len"] <= 4.0
   for f in ("metrics.jsonl", "learning_curve.png", "config.json", "tokenizer.json"):
     assert os.path.exists(os.path.join(work, f)), f
   assert os.listdir(os.path.join(work, "tb"))
