@@ -53,6 +53,10 @@ def build_hf_dir(path: str, size: str, arch: str = "qwen2",
   fields = dict(SIZES[size], max_position_embeddings=4096, rms_norm_eps=1e-6,
                 rope_theta=1_000_000.0, tie_word_embeddings=(arch == "qwen2"),
                 initializer_range=0.02 if size != "tiny" else 0.1)
+  if arch == "llama":  # Llama 3.1 rope scaling, active within short contexts
+    fields["rope_scaling"] = {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
   torch.manual_seed(seed)
   with torch.device("cpu"):
     if arch == "qwen2":
