@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import types
 import typing
 from typing import Any, Mapping
 
+from csa_jax.losses import AGG_MODES
 from csa_jax.model import ModelConfig
 
 
@@ -31,17 +33,16 @@ class EnvConfig:
   eval_split: str = "test"
   # Task indices used for training are 0 .. num_train_tasks-1 of train_split.
   num_train_tasks: int = 1000
+  # "thread" for JVM-backed engines (TextWorldExpress, ScienceWorld), "process" for
+  # engines whose work is Python (ALFWorld).
+  pool_backend: str = "thread"
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenizerConfig:
-  # "bpe": a byte-level BPE trained on the environment's own text (tiny models);
-  # "hf": a tokenizer.json from `path` (pretrained checkpoints).
-  kind: str = "bpe"
+  # Size of the byte-level BPE trained on the expert demonstrations' text, for policies
+  # trained from scratch (a pretrained `model_path` brings its own tokenizer).
   vocab_size: int = 1024
-  path: str = ""
-  # Expert episodes of the train split whose text trains the BPE.
-  corpus_episodes: int = 200
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +118,9 @@ class ExperimentConfig:
   mesh: str = "1x1"
   env: EnvConfig = EnvConfig()
   tokenizer: TokenizerConfig = TokenizerConfig()
+  # A local Hugging Face directory (Llama 3.x / Qwen2.x): the policy starts from it and
+  # `model` only sets dtypes. Empty: a decoder of `model`'s shape trained from scratch.
+  model_path: str = ""
   model: ModelConfig = dataclasses.field(default_factory=lambda: ModelConfig.tiny(vocab_size=1024))
   rollout: RolloutConfig = RolloutConfig()
   algo: AlgoConfig = AlgoConfig()
@@ -231,7 +235,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (r.num_envs >= 1, "rollout.num_envs must be >= 1"),
       (r.max_turns >= 1, "rollout.max_turns must be >= 1"),
       (r.logp_reduce in ("sum", "mean"), "rollout.logp_reduce must be 'sum' or 'mean'"),
-      (r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
+      (cfg.model_path or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
        f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
        f"{cfg.model.max_seq_len}"),
@@ -239,9 +243,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        "rollout.top_k/top_p truncate the sampling distribution, so a token the updated "
        "policy no longer keeps gets ratio 0/inf; use temperature only for RL rollouts"),
       (r.temperature > 0, "rollout.temperature must be > 0"),
-      (cfg.tokenizer.kind in ("bpe", "hf"), "tokenizer.kind must be 'bpe' or 'hf'"),
-      (a.loss_agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
-       "algo.loss_agg must be token-mean, seq-mean-token-mean or seq-mean-token-sum"),
+      (cfg.env.pool_backend in ("thread", "process"), "env.pool_backend must be 'thread' or 'process'"),
+      (not cfg.model_path or os.path.isdir(cfg.model_path),
+       f"model_path {cfg.model_path!r} is not a directory (a local Hugging Face checkpoint)"),
+      (a.loss_agg in AGG_MODES, f"algo.loss_agg must be one of {', '.join(AGG_MODES)}"),
       (a.epochs >= 1 and a.minibatch_size >= 1, "algo.epochs and algo.minibatch_size must be >= 1"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
       (cfg.eval.greedy or cfg.eval.sampled, "eval.greedy and eval.sampled are both off"),

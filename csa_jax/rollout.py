@@ -91,9 +91,34 @@ def _middle_cut(ids: list[int], budget: int, sep: list[int]) -> list[int]:
   return ids[:head] + sep + ids[len(ids) - (keep - head):]
 
 
+@dataclasses.dataclass(frozen=True)
+class PromptFormat:
+  """How the prompt text is framed for the model, and how its answer starts.
+
+  A tiny from-scratch policy reads the raw text and answers after "Action:" with a
+  space; a chat model gets the text as one user message in its own chat template and
+  answers in the assistant turn.
+  """
+
+  prefix_ids: tuple[int, ...] = ()
+  suffix_ids: tuple[int, ...] = ()
+  action_prefix: str = " "
+
+  @classmethod
+  def chat(cls, tok: Tokenizer) -> "PromptFormat":
+    marker = "\x00PROMPT\x00"
+    text = tok.render_chat([{"role": "user", "content": marker}], add_generation_prompt=True)
+    before, after = text.split(marker)
+    return cls(tuple(tok.encode(before)), tuple(tok.encode(after)), "")
+
+
+PLAIN = PromptFormat()
+
+
 def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
                   observation: str, admissible: Sequence[str], *, history_turns: int,
-                  max_tokens: int, min_obs_tokens: int = 48) -> list[int]:
+                  max_tokens: int, min_obs_tokens: int = 48,
+                  fmt: PromptFormat = PLAIN) -> list[int]:
   """Token ids of the prompt, at most `max_tokens` long.
 
   The budget goes first to the task line (at most a quarter), the admissible actions and
@@ -102,6 +127,7 @@ def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
   takes the rest and, if longer, loses its middle (its start says where the agent is,
   its end often lists exits and objects).
   """
+  max_tokens -= len(fmt.prefix_ids) + len(fmt.suffix_ids)
   history = list(history)[-history_turns:] if history_turns > 0 else []
   header, turns, obs, tail = prompt_parts(task, history, observation, admissible)
   head_ids = tok.encode(header)[: max_tokens // 4]
@@ -116,7 +142,7 @@ def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
       break
     turn_ids = ids + turn_ids
   obs_ids = _middle_cut(obs_ids, room - len(turn_ids), tok.encode(" ... "))
-  return head_ids + turn_ids + obs_ids + tail_ids
+  return list(fmt.prefix_ids) + head_ids + turn_ids + obs_ids + tail_ids + list(fmt.suffix_ids)
 
 
 def anchor_id(anchor: str) -> int:
@@ -135,7 +161,8 @@ def action_text(tok: Tokenizer, action_ids: Sequence[int]) -> str:
 
 def run_episodes(pool, policy: PolicyFn, tok: Tokenizer, tasks: Sequence[tuple[str, int]],
                  cfg: RolloutConfig, rng: np.random.Generator,
-                 on_wave: Callable[[int], None] | None = None) -> list[Trajectory]:
+                 on_wave: Callable[[int], None] | None = None,
+                 fmt: PromptFormat = PLAIN) -> list[Trajectory]:
   """Plays one episode per task, `pool.num_envs` at a time; results in task order.
 
   The policy always gets `pool.num_envs` prompts (finished or idle slots send a one-token
@@ -145,14 +172,15 @@ def run_episodes(pool, policy: PolicyFn, tok: Tokenizer, tasks: Sequence[tuple[s
   n = pool.num_envs
   for start in range(0, len(tasks), n):
     wave = list(tasks[start:start + n])
-    out.extend(_run_wave(pool, policy, tok, wave, cfg, rng))
+    out.extend(_run_wave(pool, policy, tok, wave, cfg, rng, fmt))
     if on_wave is not None:
       on_wave(len(wave))
   return out
 
 
 def _run_wave(pool, policy: PolicyFn, tok: Tokenizer, tasks: list[tuple[str, int]],
-              cfg: RolloutConfig, rng: np.random.Generator) -> list[Trajectory]:
+              cfg: RolloutConfig, rng: np.random.Generator, fmt: PromptFormat
+              ) -> list[Trajectory]:
   slots = list(range(len(tasks)))
   results = pool.reset(slots, tasks)
   trajs = [Trajectory(task=t, steps=[]) for t in tasks]
@@ -172,7 +200,7 @@ def _run_wave(pool, policy: PolicyFn, tok: Tokenizer, tasks: list[tuple[str, int
       prompts[i] = encode_prompt(tok, infos[i].task, history[i], obs[i],
                                  infos[i].admissible_actions,
                                  history_turns=cfg.history_turns,
-                                 max_tokens=cfg.max_prompt_tokens)
+                                 max_tokens=cfg.max_prompt_tokens, fmt=fmt)
     action_ids, action_logps = policy(prompts, rng)
     actions = [action_text(tok, action_ids[i]) for i in idx]
     stepped = pool.step(idx, actions)

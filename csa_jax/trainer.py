@@ -33,7 +33,7 @@ from csa_jax import sampling
 from csa_jax import train_step as ts
 from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.config import ExperimentConfig, to_dict
-from csa_jax.model import Decoder
+from csa_jax.model import Decoder, hf
 from csa_jax.tokenizer import Tokenizer, train_bpe
 from environments import demos as demos_lib
 from environments.pool import EnvPool
@@ -43,7 +43,8 @@ from environments.pool import EnvPool
 # Pieces the loop is made of.
 
 
-def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig) -> list[data_lib.Row]:
+def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig,
+              fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> list[data_lib.Row]:
   """Behaviour-cloning rows: every expert step, with the prompt the policy would see."""
   rows = []
   for rec in records:
@@ -51,8 +52,10 @@ def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig) -> list[data_lib.R
     for t, action in enumerate(rec["actions"]):
       prompt = rollout_lib.encode_prompt(
           tok, rec["task"], history, rec["observations"][t], rec["admissible"][t],
-          history_turns=cfg.rollout.history_turns, max_tokens=cfg.rollout.max_prompt_tokens)
-      action_ids = tok.encode(" " + action)[: cfg.rollout.max_action_tokens - 1] + [tok.eos_id]
+          history_turns=cfg.rollout.history_turns, max_tokens=cfg.rollout.max_prompt_tokens,
+          fmt=fmt)
+      action_ids = (tok.encode(fmt.action_prefix + action)[: cfg.rollout.max_action_tokens - 1]
+                    + [tok.eos_id])
       rows.append(data_lib.sft_row(prompt, action_ids))
       history.append((action, rec["observations"][t + 1] if t + 1 < len(rec["observations"])
                       else ""))
@@ -101,14 +104,14 @@ def make_policy(graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *, 
   return policy
 
 
-def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str
-             ) -> tuple[dict, list]:
+def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
+             fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> tuple[dict, list]:
   """The first eval.num_episodes tasks of the held-out split, one episode each."""
   n = cfg.eval.num_episodes
   tasks = [(cfg.env.eval_split, i) for i in range(n)]
   with tqdm(total=n, desc=f"eval {label}", unit="ep", leave=False) as bar:
     trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, cfg.rollout,
-                                     np.random.default_rng(0), on_wave=bar.update)
+                                     np.random.default_rng(0), on_wave=bar.update, fmt=fmt)
   return metrics_lib.episode_metrics(trajs, prefix), trajs
 
 
@@ -164,33 +167,38 @@ class Trainer:
       r["admissible"] = [a.split(demos_lib.SEP) if a else [] for a in r["admissible"]]
     return sorted(records, key=lambda r: r["index"])
 
-  def _tokenizer(self, records) -> Tokenizer:
+  def _policy(self, records):
+    """(tokenizer, prompt format, graphdef, params): a pretrained HF checkpoint when
+    `model_path` is set, else a byte-level BPE trained on the demonstrations and a
+    freshly initialised decoder of `model`'s shape."""
     c = self.cfg
-    path = os.path.join(self.workdir, "tokenizer.json")
-    if os.path.exists(path):
-      return Tokenizer.load(path)
-    if c.tokenizer.kind == "hf":
-      tok = Tokenizer.load(c.tokenizer.path)
+    if c.model_path:
+      model, tok = hf.from_pretrained(c.model_path, dtype=c.model.dtype,
+                                      param_dtype=c.model.param_dtype,
+                                      mesh=self.mesh, rules=mesh_lib.TRAIN_RULES)
+      fmt = (rollout_lib.PromptFormat.chat(tok) if tok.chat_template
+             else rollout_lib.PromptFormat(action_prefix=" "))
     else:
-      tok = train_bpe(demo_corpus(records), c.tokenizer.vocab_size)
-    tok.save(self.workdir)
-    return tok
-
-  def _model(self, tok: Tokenizer):
-    c = self.cfg
-    if tok.vocab_size > c.model.vocab_size:
-      raise ValueError(f"tokenizer has {tok.vocab_size} tokens, model.vocab_size is "
-                       f"{c.model.vocab_size}")
-    model = Decoder(c.model, rngs=nnx.Rngs(c.seed))
-    mesh_lib.shard_model(model, self.mesh, mesh_lib.TRAIN_RULES)
+      path = os.path.join(self.workdir, "tokenizer.json")
+      if os.path.exists(path):  # resuming: the ids must stay the ones trained on
+        tok = Tokenizer.load(path)
+      else:
+        tok = train_bpe(demo_corpus(records), c.tokenizer.vocab_size)
+        tok.save(self.workdir)
+      if tok.vocab_size > c.model.vocab_size:
+        raise ValueError(f"tokenizer has {tok.vocab_size} tokens, model.vocab_size is "
+                         f"{c.model.vocab_size}")
+      model = Decoder(c.model, rngs=nnx.Rngs(c.seed))
+      mesh_lib.shard_model(model, self.mesh, mesh_lib.TRAIN_RULES)
+      fmt = rollout_lib.PLAIN
     graphdef, params = nnx.split(model, nnx.Param)
-    return graphdef, params
+    return tok, fmt, graphdef, params
 
   # -- phases --------------------------------------------------------------------------
 
   def _sft(self, graphdef, params, tok, records) -> Any:
     c = self.cfg
-    rows = demo_rows(records, tok, c)
+    rows = demo_rows(records, tok, c, self.fmt)
     seq_len = c.rollout.max_prompt_tokens + c.rollout.max_action_tokens
     ds = data_lib.batches(rows, batch_size=c.sft.batch_size, seq_len=seq_len,
                           action_len=c.rollout.max_action_tokens, pad_id=tok.pad_id,
@@ -224,7 +232,8 @@ class Trainer:
     kept: list[list] = []
     played = 0
     for _ in range(3 if c.algo.dynamic_sampling else 1):
-      trajs = rollout_lib.run_episodes(pool, policy, self.tok, self._sample_tasks(), r, self.np_rng)
+      trajs = rollout_lib.run_episodes(pool, policy, self.tok, self._sample_tasks(), r,
+                                       self.np_rng, fmt=self.fmt)
       played += sum(t.length for t in trajs)
       groups = [trajs[i:i + r.group_size] for i in range(0, len(trajs), r.group_size)]
       if c.algo.dynamic_sampling:
@@ -270,10 +279,9 @@ class Trainer:
   def run(self) -> dict[str, Any]:
     c = self.cfg
     with EnvPool(c.env.name, dict(c.env.kwargs), c.rollout.num_envs,
-                 step_timeout_s=c.rollout.step_timeout_s) as pool:
+                 backend=c.env.pool_backend, step_timeout_s=c.rollout.step_timeout_s) as pool:
       records = self._demos()
-      self.tok = self._tokenizer(records)
-      graphdef, params = self._model(self.tok)
+      self.tok, self.fmt, graphdef, params = self._policy(records)
       tx = ts.make_optimizer(c.optim)
       state = ts.init_state(params, tx)
       meta = {"phase": "start", "iteration": 0}
@@ -298,7 +306,7 @@ class Trainer:
       def evaluate_all(label: str) -> dict:
         out = {}
         for greedy, prefix, policy in evals:
-          out |= evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix)[0]
+          out |= evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix, self.fmt)[0]
         return out
 
       if meta["phase"] == "start":

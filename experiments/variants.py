@@ -1,0 +1,53 @@
+"""The algorithms the proposal compares, as config transforms of one base experiment.
+
+`register_family("alfworld", base)` registers alfworld_grpo, alfworld_csa, ... so every
+environment gets the same baselines with the same budget (proposal, "Baselines"):
+GRPO, Dr.GRPO, RLOO, GiGPO, DAPO, CSA-GRPO, CSA-DAPO and CSA's lambda ablations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from csa_jax.config import ExperimentConfig
+
+# GRPO as in DeepSeekMath: symmetric clip, per-sequence mean of token losses.
+GRPO = dict(estimator="grpo", clip_low=0.2, clip_high=0.2, loss_agg="seq-mean-token-mean",
+            dynamic_sampling=False)
+# DAPO (arXiv 2503.14476): clip-higher, dynamic sampling, token-level loss.
+DAPO = dict(estimator="grpo", clip_low=0.2, clip_high=0.28, loss_agg="token-mean",
+            dynamic_sampling=True)
+
+VARIANTS: dict[str, dict] = {
+    "grpo": GRPO,
+    "dr_grpo": GRPO | dict(estimator="dr_grpo", loss_agg="seq-mean-token-sum-norm"),
+    "rloo": GRPO | dict(estimator="rloo"),
+    "gigpo": GRPO | dict(estimator="gigpo"),
+    "dapo": DAPO,
+    "csa": GRPO | dict(estimator="csa", lam=0.5),
+    "csa_dapo": DAPO | dict(estimator="csa", lam=0.5),
+    "csa_lam0": GRPO | dict(estimator="csa", lam=0.0),
+    "csa_lam1": GRPO | dict(estimator="csa", lam=1.0),
+    "csa_gigpo": GRPO | dict(estimator="csa_gigpo", lam=0.5),
+}
+
+
+def variant(base: ExperimentConfig, name: str, algo: str) -> ExperimentConfig:
+  return dataclasses.replace(base, name=name,
+                             algo=dataclasses.replace(base.algo, **VARIANTS[algo]))
+
+
+def register_family(prefix: str, base: Callable[[], ExperimentConfig], doc: str) -> None:
+  """Registers `{prefix}_{algo}` for every algorithm in VARIANTS."""
+  from experiments import register
+
+  for algo in VARIANTS:
+    name = f"{prefix}_{algo}"
+
+    def make(algo=algo, name=name) -> ExperimentConfig:
+      return variant(base(), name, algo)
+
+    make.__doc__ = f"{doc}: {algo}"
+    register(name)(make)
+
