@@ -3,7 +3,7 @@
     python launch.py                      # == python launch.py --exp quickstart
 
 Behaviour cloning on 100 expert (gold-path) episodes of the train fold, then RL with CSA
-(lambda 0.5, G=8 rollouts per task), then greedy evaluation on 100 tasks of the test fold
+(lambda 0.5, G=8 rollouts per task), then evaluation (greedy and sampled actions) on 200 tasks of the test fold
 that training never saw. Everything is built from scratch (tokenizer and decoder), so
 nothing is downloaded. Runs in under 10 minutes on 2 CPU cores; README.md shows the table
 it printed.
@@ -35,7 +35,7 @@ def base() -> ExperimentConfig:
       algo=AlgoConfig(epochs=1, minibatch_size=64),
       optim=OptimConfig(learning_rate=1e-4, grad_clip=1.0),
       sft=SFTConfig(num_demos=200, epochs=12, batch_size=64, learning_rate=2e-3),
-      eval=EvalConfig(num_episodes=100, greedy=True, sampled=True, every=10),
+      eval=EvalConfig(num_episodes=200, greedy=True, sampled=True, every=10),
       rl_iterations=40,
       checkpoint_every=5,
   )

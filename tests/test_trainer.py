@@ -6,6 +6,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 import experiments
 from csa_jax import metrics as M
@@ -54,3 +55,61 @@ def test_quickstart_shape_end_to_end_and_resume(tmp_path):
   assert [r["step"] for r in rl] == [1, 2, 3]
   assert rl[2]["perf/env_steps_total"] > rl[1]["perf/env_steps_total"]
   assert summary2["sft"] == summary["sft"]  # SFT was not redone
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<eos>{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def test_pretrained_checkpoint_with_chat_template(tmp_path):
+  """model_path: an HF directory (weights, tokenizer.json, chat template) is the policy."""
+  import json as _json
+
+  from flax import nnx
+
+  from csa_jax.model import Decoder, ModelConfig, hf
+  from csa_jax.tokenizer import Tokenizer, train_bpe
+
+  ckpt = tmp_path / "ckpt"
+  tok = train_bpe(["Task: Your task is to find the coin. move north take coin <|user|>"
+                   "<|assistant|> You are in the kitchen."] * 20, 300)
+  cfg = ModelConfig.tiny(vocab_size=320, hidden_size=32, intermediate_size=64, head_dim=8,
+                         num_heads=2, num_kv_heads=1, max_seq_len=256, qkv_bias=True,
+                         tie_embeddings=True)
+  hf.save_pretrained(Decoder(cfg, rngs=nnx.Rngs(0)), str(ckpt))
+  tok.save(str(ckpt))
+  (ckpt / "tokenizer_config.json").write_text(_json.dumps(
+      {"eos_token": "<eos>", "pad_token": "<pad>", "chat_template": CHAT_TEMPLATE}))
+  assert Tokenizer.from_hf_dir(str(ckpt)).chat_template
+
+  base = tiny_cfg(1)
+  cfg_run = apply_overrides(base, [f"model_path={ckpt}", "eval.num_episodes=3",
+                                   "eval.sampled=false"])
+  work = str(tmp_path / "run")
+  trainer = Trainer(cfg_run, work)
+  summary = trainer.run()
+  assert summary["rl"]["eval/episodes"] == 3
+  # The prompts were framed by the checkpoint's chat template.
+  assert trainer.fmt.prefix_ids == tuple(tok.encode("<|user|>"))
+  assert trainer.fmt.suffix_ids == tuple(tok.encode("<eos><|assistant|>"))
+  assert trainer.fmt.action_prefix == ""
+  assert not os.path.exists(os.path.join(work, "tokenizer.json"))
+
+
+@pytest.mark.slow
+def test_alfworld_end_to_end_through_process_pool(tmp_path):
+  cfg = experiments.get_experiment("alfworld_csa")
+  cfg = apply_overrides(cfg, [
+      "sft.num_demos=2", "sft.epochs=1", "sft.batch_size=8", "rollout.tasks_per_iter=1",
+      "rollout.group_size=2", "rollout.num_envs=2", "rollout.max_turns=3",
+      "rollout.max_prompt_tokens=256", "algo.minibatch_size=8", "eval.num_episodes=2",
+      "eval.every=0", "rl_iterations=1", "env.num_train_tasks=2", "env.kwargs.num_train=2",
+      "env.kwargs.num_eval=2", f"env.kwargs.cache_dir={tmp_path / 'games'}",
+      "model.max_seq_len=288",
+  ])
+  summary = Trainer(cfg, str(tmp_path / "run")).run()
+  assert summary["rl"]["eval/episodes"] == 2
+  recs = M.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
+  rl = [r for r in recs if "rollout/success" in r]
+  assert rl and rl[0]["rollout/episodes"] == 2
+  assert rl[0]["credit/labelled_steps"] > 0  # planner oracle labels reached the metrics
