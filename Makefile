@@ -32,5 +32,6 @@ test: $(VENV)/.test-stamp
 test-slow: $(VENV)/.test-stamp
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
+BENCHMARKS ?= advantages sampler train_step envpool alfworld_speed scienceworld_speed
 bench: $(VENV)/.test-stamp
-	for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	for b in $(BENCHMARKS); do echo "== $$b"; PYTHONPATH=. $(BIN)/python -m benchmarks.$$b || exit 1; done

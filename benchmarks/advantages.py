@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -25,6 +24,7 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.timing import median_seconds
 from csa_jax import advantages as adv_lib
 
 EPS = 1e-6
@@ -166,15 +166,6 @@ def loop_gigpo(step_rewards, mask, state_id, gamma=0.95, w=1.0):
 
 
 # --------------------------------------------------------------------------------
-
-
-def median_seconds(fn, reps):
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
 
 
 def main():

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.timing import median_seconds
 from csa_jax.model import from_pretrained
 from csa_jax.sampling import SamplingConfig, left_pad, sample
 
@@ -68,16 +68,6 @@ def build_hf_dir(path: str, size: str, arch: str = "qwen2",
   model = model.to(getattr(torch, dtype)).eval()
   model.save_pretrained(path)
   return model
-
-
-def _median_time(fn, reps: int) -> float:
-  fn()  # warm-up / compile
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
 
 
 def run(B: int = 32, P: int = 64, N: int = 128, reps: int = 3,
@@ -122,14 +112,14 @@ def run(B: int = 32, P: int = 64, N: int = 128, reps: int = 3,
     if device.startswith("cuda"):
       torch.cuda.synchronize()
 
-  t_ours = _median_time(ours, reps)
+  t_ours = median_seconds(ours, reps, warmup=1)
   # On a small, shared CPU torch's OpenMP barriers can stall badly with more
   # than one thread, so the reference is the faster of default threads and 1.
   n_threads = torch.get_num_threads()
-  t_hf_by_threads = {n_threads: _median_time(theirs, reps)}
+  t_hf_by_threads = {n_threads: median_seconds(theirs, reps, warmup=1)}
   if device == "cpu" and n_threads > 1:
     torch.set_num_threads(1)
-    t_hf_by_threads[1] = _median_time(theirs, reps)
+    t_hf_by_threads[1] = median_seconds(theirs, reps, warmup=1)
     torch.set_num_threads(n_threads)
   best_threads = min(t_hf_by_threads, key=t_hf_by_threads.get)
   t_hf = t_hf_by_threads[best_threads]

@@ -135,6 +135,18 @@ def _f32(x):
 # ------------------------------------------------------------------------------------
 
 
+
+def _rewards_and_valid(rewards_BxG, valid_BxG):
+  """float32 rewards [B, G] and a bool mask of real rollouts (all real when None)."""
+  rewards_BxG = _f32(rewards_BxG)
+  _check_ndim("rewards_BxG", rewards_BxG, 2, "[B, G]")
+  if valid_BxG is None:
+    valid_BxG = jnp.ones(rewards_BxG.shape, bool)
+  valid_BxG = _as_mask(valid_BxG)
+  _check_same("valid_BxG", valid_BxG.shape, "rewards_BxG", rewards_BxG.shape)
+  return rewards_BxG, valid_BxG
+
+
 @functools.partial(jax.jit, static_argnames=("std_normalize", "ddof"))
 def episode_advantages(rewards_BxG, *, valid_BxG=None, std_normalize=True, eps=1e-6,
                        ddof=1):
@@ -152,13 +164,8 @@ def episode_advantages(rewards_BxG, *, valid_BxG=None, std_normalize=True, eps=1
     adv_BxG, 0 for padded rollouts and for groups whose rewards are all equal or that
     have fewer than max(2, ddof + 1) real rollouts.
   """
-  rewards_BxG = _f32(rewards_BxG)
-  _check_ndim("rewards_BxG", rewards_BxG, 2, "[B, G]")
   _check_ddof(ddof)
-  if valid_BxG is None:
-    valid_BxG = jnp.ones(rewards_BxG.shape, bool)
-  valid_BxG = _as_mask(valid_BxG)
-  _check_same("valid_BxG", valid_BxG.shape, "rewards_BxG", rewards_BxG.shape)
+  rewards_BxG, valid_BxG = _rewards_and_valid(rewards_BxG, valid_BxG)
   if std_normalize:
     adv = _standardize(rewards_BxG, valid_BxG, -1, eps=eps, ddof=ddof)
   else:
@@ -174,12 +181,7 @@ def rloo_advantages(rewards_BxG, *, valid_BxG=None):
   Equal to `n / (n - 1) * (r_i - mean_j r_j)` with n real rollouts; 0 where n < 2, for
   padded rollouts, and where all rewards are equal.
   """
-  rewards_BxG = _f32(rewards_BxG)
-  _check_ndim("rewards_BxG", rewards_BxG, 2, "[B, G]")
-  if valid_BxG is None:
-    valid_BxG = jnp.ones(rewards_BxG.shape, bool)
-  valid_BxG = _as_mask(valid_BxG)
-  _check_same("valid_BxG", valid_BxG.shape, "rewards_BxG", rewards_BxG.shape)
+  rewards_BxG, valid_BxG = _rewards_and_valid(rewards_BxG, valid_BxG)
   c, s = _center(rewards_BxG, valid_BxG, -1, ddof=1)
   n = jnp.sum(valid_BxG, axis=-1, keepdims=True)
   return jax.lax.stop_gradient(c * s * n / jnp.maximum(n - 1, 1))
@@ -454,12 +456,7 @@ def dynamic_sampling_keep(rewards_BxG, *, valid_BxG=None):
   `keep_B`, append to a buffer, repeat until the buffer holds B groups, train on the
   first B. Returns keep_B (bool).
   """
-  rewards_BxG = _f32(rewards_BxG)
-  _check_ndim("rewards_BxG", rewards_BxG, 2, "[B, G]")
-  if valid_BxG is None:
-    valid_BxG = jnp.ones(rewards_BxG.shape, bool)
-  valid_BxG = _as_mask(valid_BxG)
-  _check_same("valid_BxG", valid_BxG.shape, "rewards_BxG", rewards_BxG.shape)
+  rewards_BxG, valid_BxG = _rewards_and_valid(rewards_BxG, valid_BxG)
   c, _ = _center(rewards_BxG, valid_BxG, -1, ddof=1)
   return jnp.any(c != 0, axis=-1)
 
