@@ -29,6 +29,14 @@ useless (opening a door, moving toward the coin, reading a cookbook score 0). Wh
 the score per game is in `ORACLE_LABEL_MEANING`. `extra["on_gold_path"]` is True while the
 whole episode so far equals a prefix of the reset-time gold path (sound but only informative
 on that path).
+
+Expert determinism. Observations, admissible actions and rewards are the same for a
+(split, index) in every run, and so is the gold path of seven games. "coin" is the
+exception: its gold path is an exploration (look around, then a walk through the rooms
+until the coin is seen) that the engine draws from an unseeded random generator, so it
+differs from one JVM to the next (7 of 15 train seeds differed between two runs). Expert
+demonstrations for coin, and what a policy cloned from them learns, therefore vary from
+run to run.
 """
 
 from __future__ import annotations
