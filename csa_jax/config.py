@@ -96,6 +96,11 @@ class OptimConfig:
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
   num_demos: int = 100
+  # Where the expert demonstrations are built (TFDS array_record, keyed by environment
+  # config and task count). Shared by default ($CSA_JAX_CACHE/demos, else
+  # ~/.cache/csa_jax/demos) so that every algorithm run on one environment clones the
+  # same demonstrations, as the proposal's common SFT start requires.
+  demos_dir: str = ""
   epochs: int = 4
   batch_size: int = 64
   learning_rate: float = 1e-3
@@ -255,6 +260,13 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if not ok:
       raise ConfigError(msg)
   return cfg
+
+
+def demos_dir(cfg: ExperimentConfig) -> str:
+  if cfg.sft.demos_dir:
+    return cfg.sft.demos_dir
+  root = os.environ.get("CSA_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "csa_jax"))
+  return os.path.join(root, "demos")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -81,6 +81,14 @@ class MetricsWriter:
           self._tb.add_scalar(k, v, step)
       self._tb.flush()
 
+  def drop_after(self, step: int) -> None:
+    """Removes the JSONL lines of steps after `step` (resuming from a checkpoint there)."""
+    self._f.close()
+    kept = [r for r in read_jsonl(self.path) if r["step"] <= step]
+    with open(self.path, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in kept)
+    self._f = open(self.path, "a")
+
   def close(self) -> None:
     self._f.close()
     if self._tb is not None:

@@ -32,7 +32,7 @@ from csa_jax import rollout as rollout_lib
 from csa_jax import sampling
 from csa_jax import train_step as ts
 from csa_jax.checkpoint import Checkpointer, CheckpointError
-from csa_jax.config import ExperimentConfig, to_dict
+from csa_jax.config import ExperimentConfig, demos_dir, to_dict
 from csa_jax.model import Decoder, hf
 from csa_jax.tokenizer import Tokenizer, train_bpe
 from environments import demos as demos_lib
@@ -156,11 +156,13 @@ class Trainer:
 
   def _demos(self) -> list[dict]:
     """The expert's won episodes on the first sft.num_demos training tasks, built once
-    as a TFDS array_record dataset under the workdir and read back through grain."""
+    as a TFDS array_record dataset (shared by all runs on this environment config) and
+    read back through grain."""
     c = self.cfg
-    print(f"expert demonstrations: {c.sft.num_demos} {c.env.train_split} tasks")
+    print(f"expert demonstrations: {c.sft.num_demos} {c.env.train_split} tasks in "
+          f"{demos_dir(c)}")
     source = demos_lib.demo_data_source(
-        os.path.join(self.workdir, "demos"), c.env.name, dict(c.env.kwargs),
+        demos_dir(c), c.env.name, dict(c.env.kwargs),
         split=c.env.train_split, num_tasks={c.env.train_split: c.sft.num_demos})
     records = [r for r in grain.MapDataset.source(source).map(demos_lib.decode_record) if r["won"]]
     for r in records:
@@ -290,6 +292,8 @@ class Trainer:
         self.env_steps = int(meta["env_steps"])
         self.np_rng.bit_generator.state = meta["np_rng"]
         self.summary = meta["summary"]
+        # Iterations logged after the checkpoint are replayed; drop their old lines.
+        self.writer.drop_after(int(meta["iteration"]))
         print(f"resumed from {self.ckpt.directory} at {meta['phase']} "
               f"iteration {meta['iteration']}")
       live = {"params": state.params}

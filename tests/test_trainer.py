@@ -14,9 +14,9 @@ from csa_jax.config import apply_overrides
 from csa_jax.trainer import Trainer, summary_table
 
 
-def tiny_cfg(iterations):
+def tiny_cfg(iterations, demos_dir):
   cfg = experiments.get_experiment("quickstart")
-  return apply_overrides(cfg, [
+  return apply_overrides(cfg, [f"sft.demos_dir={demos_dir}",
       "sft.num_demos=6", "sft.epochs=1", "sft.batch_size=16",
       "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
       "rollout.max_turns=4", "rollout.max_prompt_tokens=96", "rollout.max_action_tokens=6",
@@ -28,7 +28,7 @@ def tiny_cfg(iterations):
 
 def test_quickstart_shape_end_to_end_and_resume(tmp_path):
   work = str(tmp_path / "run")
-  summary = Trainer(tiny_cfg(2), work).run()
+  summary = Trainer(tiny_cfg(2, tmp_path / 'demos'), work).run()
   for key in ("sft", "rl"):
     for prefix in ("eval", "eval_sampled"):
       m = summary[key]
@@ -46,13 +46,16 @@ def test_quickstart_shape_end_to_end_and_resume(tmp_path):
   with open(os.path.join(work, "config.json")) as f:
     assert json.load(f)["algo"]["estimator"] == "csa"
   table = summary_table(summary, "test")
-  assert "SFT + RL" in table and "episode length" in table
+  assert "SFT + RL" in table and "mean length (greedy)" in table
 
-  # Resume: one more iteration continues from the last checkpoint, nothing repeated.
-  summary2 = Trainer(tiny_cfg(3), work, resume=True).run()
+  # Resume: one more iteration continues from the last checkpoint, nothing repeated,
+  # and lines logged after that checkpoint (as by a crash) are dropped, not duplicated.
+  M.MetricsWriter(work, tensorboard=False).write(3, {"rollout/success": -1.0})
+  summary2 = Trainer(tiny_cfg(3, tmp_path / 'demos'), work, resume=True).run()
   recs = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
   rl = [r for r in recs if "rollout/success" in r]
   assert [r["step"] for r in rl] == [1, 2, 3]
+  assert rl[2]["rollout/success"] >= 0.0  # the stale line is gone
   assert rl[2]["perf/env_steps_total"] > rl[1]["perf/env_steps_total"]
   assert summary2["sft"] == summary["sft"]  # SFT was not redone
 
@@ -82,7 +85,7 @@ def test_pretrained_checkpoint_with_chat_template(tmp_path):
       {"eos_token": "<eos>", "pad_token": "<pad>", "chat_template": CHAT_TEMPLATE}))
   assert Tokenizer.from_hf_dir(str(ckpt)).chat_template
 
-  base = tiny_cfg(1)
+  base = tiny_cfg(1, tmp_path / 'demos')
   cfg_run = apply_overrides(base, [f"model_path={ckpt}", "eval.num_episodes=3",
                                    "eval.sampled=false"])
   work = str(tmp_path / "run")
@@ -105,7 +108,7 @@ def test_alfworld_end_to_end_through_process_pool(tmp_path):
       "rollout.max_prompt_tokens=256", "algo.minibatch_size=8", "eval.num_episodes=2",
       "eval.every=0", "rl_iterations=1", "env.num_train_tasks=2", "env.kwargs.num_train=2",
       "env.kwargs.num_eval=2", f"env.kwargs.cache_dir={tmp_path / 'games'}",
-      "model.max_seq_len=288",
+      "model.max_seq_len=288", f"sft.demos_dir={tmp_path / 'demos'}",
   ])
   summary = Trainer(cfg, str(tmp_path / "run")).run()
   assert summary["rl"]["eval/episodes"] == 2
