@@ -2,11 +2,12 @@
 
     python launch.py                      # == python launch.py --exp quickstart
 
-Behaviour cloning on 100 expert (gold-path) episodes of the train fold, then RL with CSA
-(lambda 0.5, G=8 rollouts per task), then evaluation (greedy and sampled actions) on 200 tasks of the test fold
-that training never saw. Everything is built from scratch (tokenizer and decoder), so
-nothing is downloaded. Runs in under 10 minutes on 2 CPU cores; README.md shows the table
-it printed.
+Behaviour cloning on the expert's episodes for 200 train tasks, then 40 iterations of RL
+with CSA (lambda 0.5, 4 tasks x G=8 rollouts), then evaluation with greedy and with
+sampled actions on 200 tasks of the test fold that training never saw. Tokenizer and
+decoder are built from scratch, so nothing is downloaded. Expected (2 CPU cores, 322 s):
+SFT 0.560 greedy / 0.850 sampled -> SFT + RL 0.565 / 0.890, a change within noise
+(README.md, "The quickstart").
 """
 
 from csa_jax.config import (AlgoConfig, EnvConfig, EvalConfig, ExperimentConfig,
