@@ -79,6 +79,13 @@ class AlgoConfig:
   entropy_coef: float = 0.0
   # DAPO dynamic sampling: drop groups whose rewards are all equal.
   dynamic_sampling: bool = False
+  # DAPO overlong reward shaping: a linear penalty (up to -overlong_factor) for actions
+  # whose length falls in the last `overlong_cache_frac` of the limit; "step" judges each
+  # action against rollout.max_action_tokens, "episode" the episode's total against
+  # max_action_tokens * max_turns. 0 disables it.
+  overlong_cache_frac: float = 0.0
+  overlong_factor: float = 1.0
+  overlong_per: str = "step"
   epochs: int = 1
   minibatch_size: int = 64
 
@@ -253,6 +260,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"model_path {cfg.model_path!r} is not a directory (a local Hugging Face checkpoint)"),
       (a.loss_agg in AGG_MODES, f"algo.loss_agg must be one of {', '.join(AGG_MODES)}"),
       (a.epochs >= 1 and a.minibatch_size >= 1, "algo.epochs and algo.minibatch_size must be >= 1"),
+      (0.0 <= a.overlong_cache_frac <= 1.0, "algo.overlong_cache_frac must be in [0, 1]"),
+      (a.overlong_per in ("step", "episode"), "algo.overlong_per must be 'step' or 'episode'"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
       (cfg.eval.greedy or cfg.eval.sampled, "eval.greedy and eval.sampled are both off"),
   ]

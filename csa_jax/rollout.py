@@ -235,6 +235,7 @@ class GroupArrays:
   step_rewards_BxGxT: np.ndarray  # float32, outcome reward on the last step
   state_id_BxGxT: np.ndarray  # int32 anchor ids
   oracle_BxGxT: np.ndarray  # float32 oracle labels, NaN where none
+  action_len_BxGxT: np.ndarray  # int32 generated tokens per step (DAPO overlong shaping)
 
 
 def group_arrays(trajs: Sequence[Trajectory], num_groups: int, group_size: int,
@@ -248,6 +249,7 @@ def group_arrays(trajs: Sequence[Trajectory], num_groups: int, group_size: int,
   step_r = np.zeros(shape, np.float32)
   sid = np.zeros(shape, np.int32)
   oracle = np.full(shape, np.nan, np.float32)
+  action_len = np.zeros(shape, np.int32)
   rewards = np.zeros((num_groups, group_size), np.float32)
   for k, tr in enumerate(trajs):
     b, g = divmod(k, group_size)
@@ -257,8 +259,9 @@ def group_arrays(trajs: Sequence[Trajectory], num_groups: int, group_size: int,
       logp[b, g, t] = lp.sum() if logp_reduce == "sum" else lp.mean() if lp.size else 0.0
       mask[b, g, t] = True
       sid[b, g, t] = st.anchor_id
+      action_len[b, g, t] = len(st.action_ids)
       if st.oracle_label is not None:
         oracle[b, g, t] = st.oracle_label
     if tr.steps:
       step_r[b, g, min(len(tr.steps), max_turns) - 1] = rewards[b, g]
-  return GroupArrays(rewards, logp, mask, step_r, sid, oracle)
+  return GroupArrays(rewards, logp, mask, step_r, sid, oracle, action_len)

@@ -115,15 +115,36 @@ def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
   return metrics_lib.episode_metrics(trajs, prefix), trajs
 
 
-def compute_advantages(arrays: rollout_lib.GroupArrays, algo) -> np.ndarray:
+def shaped_rewards(arrays: rollout_lib.GroupArrays, algo, rollout
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """(rewards_BxG, step_rewards_BxGxT) with DAPO's overlong penalty when it is on; the
+  penalty of an episode is added to its last step's reward too, for step-reward
+  estimators (GiGPO)."""
+  if algo.overlong_cache_frac <= 0:
+    return arrays.rewards_BxG, arrays.step_rewards_BxGxT
+  max_len = rollout.max_action_tokens * (rollout.max_turns if algo.overlong_per == "episode"
+                                         else 1)
+  cache_len = max(1, round(algo.overlong_cache_frac * max_len))
+  rewards = np.asarray(adv_lib.shape_overlong_rewards(
+      arrays.rewards_BxG, arrays.action_len_BxGxT, arrays.mask_BxGxT, max_len=max_len,
+      cache_len=cache_len, factor=algo.overlong_factor, per=algo.overlong_per))
+  step_rewards = arrays.step_rewards_BxGxT.copy()
+  last = arrays.mask_BxGxT.sum(-1) - 1
+  b, g = np.nonzero(last >= 0)
+  step_rewards[b, g, last[b, g]] += rewards[b, g] - arrays.rewards_BxG[b, g]
+  return rewards, step_rewards
+
+
+def compute_advantages(arrays: rollout_lib.GroupArrays, algo, rollout) -> np.ndarray:
   est = adv_lib.get_estimator(algo.estimator)
   # The config holds every estimator's knobs; each estimator takes the ones it declares.
   hp = dict(lam=algo.lam, gamma=algo.gamma, w=algo.w, eps=algo.eps,
             std_normalize=algo.std_normalize)
   hp = {k: v for k, v in hp.items() if k in est.hparams}
-  adv = est(rewards_BxG=jnp.asarray(arrays.rewards_BxG), logp_BxGxT=jnp.asarray(arrays.logp_BxGxT),
+  rewards, step_rewards = shaped_rewards(arrays, algo, rollout)
+  adv = est(rewards_BxG=jnp.asarray(rewards), logp_BxGxT=jnp.asarray(arrays.logp_BxGxT),
             mask_BxGxT=jnp.asarray(arrays.mask_BxGxT),
-            step_rewards_BxGxT=jnp.asarray(arrays.step_rewards_BxGxT),
+            step_rewards_BxGxT=jnp.asarray(step_rewards),
             state_id_BxGxT=jnp.asarray(arrays.state_id_BxGxT), **hp)
   return np.asarray(adv)
 
@@ -260,7 +281,7 @@ class Trainer:
     m = {"perf/env_steps_total": self.env_steps, "perf/rollout_s": time.perf_counter() - t0}
     if trajs:
       m |= metrics_lib.episode_metrics(trajs, "rollout")
-      adv_BxGxT = compute_advantages(arrays, c.algo)
+      adv_BxGxT = compute_advantages(arrays, c.algo, c.rollout)
       act = arrays.mask_BxGxT
       m |= {"adv/mean": float(adv_BxGxT[act].mean()), "adv/std": float(adv_BxGxT[act].std()),
             "adv/abs_max": float(np.abs(adv_BxGxT[act]).max())}

@@ -14,10 +14,11 @@ from csa_jax.config import ExperimentConfig
 
 # GRPO as in DeepSeekMath: symmetric clip, per-sequence mean of token losses.
 GRPO = dict(estimator="grpo", clip_low=0.2, clip_high=0.2, loss_agg="seq-mean-token-mean",
-            dynamic_sampling=False)
-# DAPO (arXiv 2503.14476): clip-higher, dynamic sampling, token-level loss.
+            dynamic_sampling=False, overlong_cache_frac=0.0)
+# DAPO (arXiv 2503.14476): clip-higher, dynamic sampling, token-level loss, overlong
+# shaping (its 4096-of-20480 window is 20% of the limit; here per agent step).
 DAPO = dict(estimator="grpo", clip_low=0.2, clip_high=0.28, loss_agg="token-mean",
-            dynamic_sampling=True)
+            dynamic_sampling=True, overlong_cache_frac=0.2, overlong_per="step")
 
 VARIANTS: dict[str, dict] = {
     "grpo": GRPO,
