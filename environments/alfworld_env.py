@@ -34,7 +34,6 @@ CLI: `python -m environments.alfworld_env --generate 100 --split train` pre-fill
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time

@@ -1,6 +1,5 @@
 """Training rows: loss exactly on action tokens, fixed shapes, every row once per epoch."""
 
-import numpy as np
 import pytest
 
 from csa_jax import data as D

@@ -75,7 +75,6 @@ def test_mesh_4x2_matches_one_device():
 # The 8-device worker (runs in the subprocess).
 
 def _worker():
-  import jax.numpy as jnp
   import optax
   from flax import nnx
 

@@ -1,6 +1,5 @@
 """Credit accuracy (Spearman) against an independent computation; writers and plot."""
 
-import json
 import os
 
 import numpy as np

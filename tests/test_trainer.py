@@ -1,7 +1,6 @@
 """End to end on the real stack (TextWorldExpress, tiny decoder): SFT -> CSA RL -> eval,
 the files a run writes, and resuming after a stop."""
 
-import dataclasses
 import json
 import os
 
