@@ -33,6 +33,8 @@ from flax import nnx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from csa_jax.config import AlgoConfig, OptimConfig
 from csa_jax.model import Decoder, ModelConfig
+from csa_jax import data as data_lib
+from csa_jax.sampling import SamplingConfig
 from csa_jax.train_step import (init_state, make_optimizer, make_rl_step,
                                 make_sft_step)
 
@@ -55,12 +57,14 @@ def model_config(size: str, dtype: str, remat: bool) -> ModelConfig:
                      param_dtype="float32", dtype=dtype)
 
 
-def step_flops(cfg: ModelConfig, B: int, L: int) -> float:
+def step_flops(cfg: ModelConfig, B: int, L: int, A: int) -> float:
+  """Forward + backward FLOPs: the layers over all L positions, the vocabulary
+  projection only at the A action positions (as the update computes it)."""
   d, f, h, k, dh = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
                     cfg.num_kv_heads, cfg.head_dim)
   per_layer = d * (h + 2 * k) * dh + h * dh * d + 3 * d * f
-  matmul_params = cfg.num_layers * per_layer + d * cfg.vocab_size
-  fwd = 2 * B * L * matmul_params + 4 * B * L * L * h * dh * cfg.num_layers
+  fwd = (2 * B * L * cfg.num_layers * per_layer + 2 * B * A * d * cfg.vocab_size
+         + 4 * B * L * L * h * dh * cfg.num_layers)
   return 3.0 * fwd
 
 
@@ -79,16 +83,18 @@ def matmul_peak(dtype: str, n: int, reps: int = 5) -> float:
 
 
 def random_batch(cfg: ModelConfig, B: int, L: int, seed: int = 0):
-  """A `csa_jax.data` batch: prompts of ~L/2 tokens, actions to the end."""
+  """A `csa_jax.data` batch of B rows: a prompt of L/2 + 1 tokens and an action of L/2
+  tokens each, so every row fills its L input slots."""
   rng = np.random.default_rng(seed)
-  seq = rng.integers(0, cfg.vocab_size, (B, L + 1)).astype(np.int32)
-  loss_mask = np.zeros((B, L), np.float32)
-  loss_mask[:, L // 2:] = 1.0
-  return {"inputs": seq[:, :-1], "targets": seq[:, 1:],
-          "attn_mask": np.ones((B, L), np.int32), "loss_mask": loss_mask,
-          "old_logp": np.full((B, L), -np.log(cfg.vocab_size), np.float32)
-          * loss_mask,
-          "adv": rng.standard_normal((B, L)).astype(np.float32) * loss_mask}
+  A = L // 2
+  rows = []
+  for _ in range(B):
+    seq = rng.integers(0, cfg.vocab_size, L + 1).tolist()
+    rows.append({"prompt_ids": seq[:L + 1 - A], "action_ids": seq[L + 1 - A:],
+                 "old_logps": [-float(np.log(cfg.vocab_size))] * A,
+                 "advantage": float(rng.standard_normal())})
+  arrays = [data_lib.row_arrays(r, L, A) for r in rows]
+  return {k: np.stack([a[k] for a in arrays]) for k in data_lib.BATCH_KEYS}
 
 
 def run(B: int = 8, L: int = 256, size: str = "tiny", dtype: str = "float32",
@@ -99,8 +105,8 @@ def run(B: int = 8, L: int = 256, size: str = "tiny", dtype: str = "float32",
   graphdef, params = nnx.split(model, nnx.Param)
   tx = make_optimizer(OptimConfig())
   state = init_state(params, tx)
-  step = (make_rl_step(graphdef, tx, AlgoConfig()) if kind == "rl"
-          else make_sft_step(graphdef, tx))
+  step = (make_rl_step(graphdef, tx, AlgoConfig(), SamplingConfig(max_new_tokens=L // 2))
+          if kind == "rl" else make_sft_step(graphdef, tx))
   batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, B, L).items()}
 
   xla_flops = None
@@ -126,7 +132,7 @@ def run(B: int = 8, L: int = 256, size: str = "tiny", dtype: str = "float32",
   on_cpu = jax.default_backend() == "cpu"
   n = peak_n or (1024 if on_cpu else 8192)
   peak = matmul_peak(dtype, n)
-  flops = step_flops(cfg, B, L)
+  flops = step_flops(cfg, B, L, L // 2)
   n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
   res = dict(size=size, dtype=dtype, B=B, L=L, kind=kind, step_s=t,
              tok_s=B * L / t, flops=flops, xla_flops=xla_flops,
