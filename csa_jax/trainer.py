@@ -222,10 +222,7 @@ class Trainer:
   def _sft(self, graphdef, params, tok, records) -> Any:
     c = self.cfg
     rows = demo_rows(records, tok, c, self.fmt)
-    seq_len = c.rollout.max_prompt_tokens + c.rollout.max_action_tokens
-    ds = data_lib.batches(rows, batch_size=c.sft.batch_size, seq_len=seq_len,
-                          action_len=c.rollout.max_action_tokens, pad_id=tok.pad_id,
-                          seed=c.seed, epochs=c.sft.epochs)
+    ds = self._batches(rows, c.sft.batch_size, seed=c.seed, epochs=c.sft.epochs)
     tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
     state = ts.init_state(params, tx)
     step = ts.make_sft_step(graphdef, tx)
@@ -239,6 +236,15 @@ class Trainer:
                       {"sft/rows": len(rows), "sft/demos": len(records)})
     return state.params
 
+  def _batches(self, rows, batch_size: int, *, seed: int, epochs: int):
+    """Fixed-shape batches: inputs as long as prompt + action budgets, one action slot
+    per possible action token (the same shapes for SFT and RL, so one compile each)."""
+    r = self.cfg.rollout
+    return data_lib.batches(rows, batch_size=batch_size,
+                            seq_len=r.max_prompt_tokens + r.max_action_tokens,
+                            action_len=r.max_action_tokens, pad_id=self.tok.pad_id,
+                            seed=seed, epochs=epochs)
+
   def _to_device(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     sharding = mesh_lib.batch_sharding(self.mesh)
     return {k: jax.device_put(v, sharding) for k, v in batch.items()}
@@ -248,7 +254,7 @@ class Trainer:
     idx = self.np_rng.choice(c.env.num_train_tasks, size=c.rollout.tasks_per_iter, replace=False)
     return [(c.env.train_split, int(i)) for i in idx for _ in range(c.rollout.group_size)]
 
-  def _collect(self, pool, policy) -> tuple[list, rollout_lib.GroupArrays, int]:
+  def _collect(self, pool, policy) -> tuple[list, rollout_lib.GroupArrays | None, int]:
     """One batch of B groups; with dynamic sampling, groups whose rewards are all equal
     are dropped and more are sampled (at most 3 rounds) to fill the batch."""
     c, r = self.cfg, self.cfg.rollout
@@ -287,10 +293,7 @@ class Trainer:
             "adv/abs_max": float(np.abs(adv_BxGxT[act]).max())}
       m |= metrics_lib.credit_accuracy(adv_BxGxT, arrays.oracle_BxGxT, act)
       rows = data_lib.rl_rows(trajs, adv_BxGxT, c.rollout.group_size)
-      seq_len = c.rollout.max_prompt_tokens + c.rollout.max_action_tokens
-      ds = data_lib.batches(rows, batch_size=c.algo.minibatch_size, seq_len=seq_len,
-                            action_len=c.rollout.max_action_tokens, pad_id=self.tok.pad_id,
-                            seed=c.seed + it, epochs=c.algo.epochs)
+      ds = self._batches(rows, c.algo.minibatch_size, seed=c.seed + it, epochs=c.algo.epochs)
       t1 = time.perf_counter()
       upd = {}
       for batch in data_lib.iterate(ds):
@@ -323,14 +326,14 @@ class Trainer:
                                   key=jax.random.fold_in(key, 1), mesh=self.mesh)
       # Held-out evaluation: greedy actions ("eval/") and, if asked, sampled ones at the
       # rollout temperature ("eval_sampled/"), the policy RL actually optimises.
-      evals = [(greedy, "eval" if greedy else "eval_sampled",
+      evals = [("eval" if greedy else "eval_sampled",
                 make_policy(graphdef, lambda: live["params"], self.tok, c, greedy=greedy,
                             key=jax.random.fold_in(key, 2 + greedy), mesh=self.mesh))
                for greedy, on in ((True, c.eval.greedy), (False, c.eval.sampled)) if on]
 
       def evaluate_all(label: str) -> dict:
         out = {}
-        for greedy, prefix, policy in evals:
+        for prefix, policy in evals:
           out |= evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix, self.fmt)[0]
         return out
 
