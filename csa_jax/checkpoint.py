@@ -48,6 +48,16 @@ class Checkpointer:
                             f"model: {str(e).splitlines()[0]}") from None
     return out["state"], dict(out["meta"])
 
+  def read(self, step: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """The saved tree as it was written (no template: host arrays) and its meta; for
+    inspection and tests, where the model that wrote it need not be built."""
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise CheckpointError(f"no checkpoint in {self.directory}")
+    out = self._mgr.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+    return out["state"], dict(out["meta"])
+
   def wait(self) -> None:
     self._mgr.wait_until_finished()
 

@@ -79,6 +79,8 @@ class AlgoConfig:
   entropy_coef: float = 0.0
   # DAPO dynamic sampling: drop groups whose rewards are all equal.
   dynamic_sampling: bool = False
+  # At most this many rounds of B groups are played per iteration to fill the batch.
+  dynamic_sampling_rounds: int = 3
   # DAPO overlong reward shaping: a linear penalty (up to -overlong_factor) for actions
   # whose length falls in the last `overlong_cache_frac` of the limit; "step" judges each
   # action against rollout.max_action_tokens, "episode" the episode's total against
@@ -86,6 +88,14 @@ class AlgoConfig:
   overlong_cache_frac: float = 0.0
   overlong_factor: float = 1.0
   overlong_per: str = "step"
+  # verl-agent's invalid-action penalty: every step the environment rejected costs this
+  # much reward (the episode's return falls by it, and the step's own reward for
+  # step-reward estimators such as GiGPO). 0 disables it.
+  invalid_penalty: float = 0.0
+  # How much each agent step (one training row) weighs: "step" (every row alike, so a
+  # 15-step failure weighs 3-5x a short success) or "episode" (each episode's rows share
+  # one episode's weight: the advantage of a row is scaled by mean_len / its episode's len).
+  row_weight: str = "step"
   epochs: int = 1
   minibatch_size: int = 64
 
@@ -111,6 +121,10 @@ class SFTConfig:
   epochs: int = 4
   batch_size: int = 64
   learning_rate: float = 1e-3
+  # A run directory whose SFT stage to start from (its tokenizer.json and sft/
+  # checkpoint) instead of cloning the demonstrations again: a sweep's methods of one
+  # seed all start from the same weights this way. Empty: run SFT here.
+  init_from: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,6 +276,12 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (a.epochs >= 1 and a.minibatch_size >= 1, "algo.epochs and algo.minibatch_size must be >= 1"),
       (0.0 <= a.overlong_cache_frac <= 1.0, "algo.overlong_cache_frac must be in [0, 1]"),
       (a.overlong_per in ("step", "episode"), "algo.overlong_per must be 'step' or 'episode'"),
+      (a.dynamic_sampling_rounds >= 1, "algo.dynamic_sampling_rounds must be >= 1"),
+      (a.row_weight in ("step", "episode"), "algo.row_weight must be 'step' or 'episode'"),
+      (a.invalid_penalty >= 0, "algo.invalid_penalty must be >= 0"),
+      (not cfg.sft.init_from or os.path.isdir(os.path.join(cfg.sft.init_from, "sft")),
+       f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
+       f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
       (cfg.eval.greedy or cfg.eval.sampled, "eval.greedy and eval.sampled are both off"),
   ]

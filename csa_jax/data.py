@@ -26,16 +26,26 @@ Row = dict[str, Any]
 BATCH_KEYS = ("inputs", "attn_mask", "act_pos", "targets", "loss_mask", "old_logp", "adv")
 
 
-def rl_rows(trajs: Sequence[Trajectory], adv_BxGxT: np.ndarray, group_size: int) -> list[Row]:
-  """One row per real step, with that step's advantage (trajectories group-major)."""
+def rl_rows(trajs: Sequence[Trajectory], adv_BxGxT: np.ndarray, group_size: int,
+            row_weight: str = "step") -> list[Row]:
+  """One row per real step, with that step's advantage (trajectories group-major).
+
+  row_weight "episode" scales each row's advantage by mean_len / len(its episode), so
+  every episode carries the same total weight in the loss whatever its length (the
+  clipped objective is linear in a positive advantage scale, so this is a row weight).
+  """
+  lens = [min(t.length, adv_BxGxT.shape[2]) for t in trajs]
+  mean_len = float(np.mean([n for n in lens if n > 0])) if any(lens) else 1.0
   rows = []
   for k, tr in enumerate(trajs):
     b, g = divmod(k, group_size)
+    scale = mean_len / lens[k] if row_weight == "episode" and lens[k] else 1.0
     for t, st in enumerate(tr.steps[: adv_BxGxT.shape[2]]):
       if not st.action_ids:
         continue
       rows.append({"prompt_ids": st.prompt_ids, "action_ids": st.action_ids,
-                   "old_logps": st.action_logps, "advantage": float(adv_BxGxT[b, g, t])})
+                   "old_logps": st.action_logps,
+                   "advantage": float(adv_BxGxT[b, g, t]) * scale})
   return rows
 
 

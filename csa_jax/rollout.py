@@ -236,6 +236,7 @@ class GroupArrays:
   state_id_BxGxT: np.ndarray  # int32 anchor ids
   oracle_BxGxT: np.ndarray  # float32 oracle labels, NaN where none
   action_len_BxGxT: np.ndarray  # int32 generated tokens per step (DAPO overlong shaping)
+  invalid_BxGxT: np.ndarray  # bool, the environment rejected the step's action
 
 
 def group_arrays(trajs: Sequence[Trajectory], num_groups: int, group_size: int,
@@ -250,6 +251,7 @@ def group_arrays(trajs: Sequence[Trajectory], num_groups: int, group_size: int,
   sid = np.zeros(shape, np.int32)
   oracle = np.full(shape, np.nan, np.float32)
   action_len = np.zeros(shape, np.int32)
+  invalid = np.zeros(shape, bool)
   rewards = np.zeros((num_groups, group_size), np.float32)
   for k, tr in enumerate(trajs):
     b, g = divmod(k, group_size)
@@ -260,8 +262,9 @@ def group_arrays(trajs: Sequence[Trajectory], num_groups: int, group_size: int,
       mask[b, g, t] = True
       sid[b, g, t] = st.anchor_id
       action_len[b, g, t] = len(st.action_ids)
+      invalid[b, g, t] = not st.valid
       if st.oracle_label is not None:
         oracle[b, g, t] = st.oracle_label
     if tr.steps:
       step_r[b, g, min(len(tr.steps), max_turns) - 1] = rewards[b, g]
-  return GroupArrays(rewards, logp, mask, step_r, sid, oracle, action_len)
+  return GroupArrays(rewards, logp, mask, step_r, sid, oracle, action_len, invalid)

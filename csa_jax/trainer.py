@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from typing import Any
 
@@ -117,21 +118,31 @@ def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
 
 def shaped_rewards(arrays: rollout_lib.GroupArrays, algo, rollout
                    ) -> tuple[np.ndarray, np.ndarray]:
-  """(rewards_BxG, step_rewards_BxGxT) with DAPO's overlong penalty when it is on; the
-  penalty of an episode is added to its last step's reward too, for step-reward
-  estimators (GiGPO)."""
-  if algo.overlong_cache_frac <= 0:
-    return arrays.rewards_BxG, arrays.step_rewards_BxGxT
-  max_len = rollout.max_action_tokens * (rollout.max_turns if algo.overlong_per == "episode"
-                                         else 1)
-  cache_len = max(1, round(algo.overlong_cache_frac * max_len))
-  rewards = np.asarray(adv_lib.shape_overlong_rewards(
-      arrays.rewards_BxG, arrays.action_len_BxGxT, arrays.mask_BxGxT, max_len=max_len,
-      cache_len=cache_len, factor=algo.overlong_factor, per=algo.overlong_per))
-  step_rewards = arrays.step_rewards_BxGxT.copy()
-  last = arrays.mask_BxGxT.sum(-1) - 1
-  b, g = np.nonzero(last >= 0)
-  step_rewards[b, g, last[b, g]] += rewards[b, g] - arrays.rewards_BxG[b, g]
+  """(rewards_BxG, step_rewards_BxGxT) after the reward-side knobs that are on:
+
+  - DAPO's overlong penalty: an episode's penalty is added to its return and to its last
+    step's reward (for step-reward estimators such as GiGPO);
+  - verl-agent's invalid-action penalty: each rejected step costs `invalid_penalty`, in
+    the episode's return and in that step's own reward.
+  Returns the arrays themselves when every knob is off.
+  """
+  rewards, step_rewards = arrays.rewards_BxG, arrays.step_rewards_BxGxT
+  if algo.overlong_cache_frac > 0:
+    max_len = rollout.max_action_tokens * (rollout.max_turns if algo.overlong_per == "episode"
+                                           else 1)
+    cache_len = max(1, round(algo.overlong_cache_frac * max_len))
+    shaped = np.asarray(adv_lib.shape_overlong_rewards(
+        rewards, arrays.action_len_BxGxT, arrays.mask_BxGxT, max_len=max_len,
+        cache_len=cache_len, factor=algo.overlong_factor, per=algo.overlong_per))
+    step_rewards = step_rewards.copy()
+    last = arrays.mask_BxGxT.sum(-1) - 1
+    b, g = np.nonzero(last >= 0)
+    step_rewards[b, g, last[b, g]] += shaped[b, g] - rewards[b, g]
+    rewards = shaped
+  if algo.invalid_penalty > 0:
+    invalid_BxGxT = (arrays.invalid_BxGxT & arrays.mask_BxGxT).astype(np.float32)
+    rewards = rewards - algo.invalid_penalty * invalid_BxGxT.sum(-1)
+    step_rewards = step_rewards - algo.invalid_penalty * invalid_BxGxT
   return rewards, step_rewards
 
 
@@ -164,6 +175,7 @@ class Trainer:
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = mesh_lib.make_mesh(c.mesh)
     self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"))
+    self.sft_ckpt = Checkpointer(os.path.join(self.workdir, "sft"), max_to_keep=1)
     if self.resume and self.ckpt.latest_step() is None:
       raise CheckpointError(f"--resume: no checkpoint in {self.ckpt.directory}")
     with open(os.path.join(self.workdir, "config.json"), "w") as f:
@@ -256,11 +268,12 @@ class Trainer:
 
   def _collect(self, pool, policy) -> tuple[list, rollout_lib.GroupArrays | None, int]:
     """One batch of B groups; with dynamic sampling, groups whose rewards are all equal
-    are dropped and more are sampled (at most 3 rounds) to fill the batch."""
+    are dropped and more are sampled (at most `algo.dynamic_sampling_rounds` rounds) to
+    fill the batch; the episodes of dropped groups still count as environment steps."""
     c, r = self.cfg, self.cfg.rollout
     kept: list[list] = []
     played = 0
-    for _ in range(3 if c.algo.dynamic_sampling else 1):
+    for _ in range(c.algo.dynamic_sampling_rounds if c.algo.dynamic_sampling else 1):
       trajs = rollout_lib.run_episodes(pool, policy, self.tok, self._sample_tasks(), r,
                                        self.np_rng, fmt=self.fmt)
       played += sum(t.length for t in trajs)
@@ -285,29 +298,72 @@ class Trainer:
     trajs, arrays, played = self._collect(pool, policy)
     self.env_steps += played
     m = {"perf/env_steps_total": self.env_steps, "perf/rollout_s": time.perf_counter() - t0}
-    if trajs:
-      m |= metrics_lib.episode_metrics(trajs, "rollout")
-      adv_BxGxT = compute_advantages(arrays, c.algo, c.rollout)
-      act = arrays.mask_BxGxT
-      m |= {"adv/mean": float(adv_BxGxT[act].mean()), "adv/std": float(adv_BxGxT[act].std()),
-            "adv/abs_max": float(np.abs(adv_BxGxT[act]).max())}
-      m |= metrics_lib.credit_accuracy(adv_BxGxT, arrays.oracle_BxGxT, act)
-      rows = data_lib.rl_rows(trajs, adv_BxGxT, c.rollout.group_size)
-      ds = self._batches(rows, c.algo.minibatch_size, seed=c.seed + it, epochs=c.algo.epochs)
-      t1 = time.perf_counter()
-      upd = {}
-      for batch in data_lib.iterate(ds):
-        state, upd = rl_step(state, self._to_device(batch), ref_params)
-      m |= {f"loss/{k}": float(v) for k, v in upd.items()}
-      m["perf/update_s"] = time.perf_counter() - t1
+    if not trajs:
+      return state, m | {"perf/update_skipped": 1.0}
+    m |= metrics_lib.episode_metrics(trajs, "rollout")
+    t1 = time.perf_counter()
+    adv_BxGxT = compute_advantages(arrays, c.algo, c.rollout)
+    m["perf/adv_s"] = time.perf_counter() - t1
+    act = arrays.mask_BxGxT
+    m |= {"adv/mean": float(adv_BxGxT[act].mean()), "adv/std": float(adv_BxGxT[act].std()),
+          "adv/abs_max": float(np.abs(adv_BxGxT[act]).max()),
+          "adv/zero_frac": float((adv_BxGxT[act] == 0).mean())}
+    m |= metrics_lib.credit_accuracy(adv_BxGxT, arrays.oracle_BxGxT, act)
+    # With every advantage 0 (all groups uniform) the policy gradient is 0, yet Adam's
+    # moments would still move the parameters (m / sqrt(v) decays slowly): no update.
+    if not adv_BxGxT.any() and not (c.algo.kl_coef or c.algo.entropy_coef):
+      return state, m | {"perf/update_skipped": 1.0, "perf/update_s": 0.0}
+    rows = data_lib.rl_rows(trajs, adv_BxGxT, c.rollout.group_size, c.algo.row_weight)
+    ds = self._batches(rows, c.algo.minibatch_size, seed=c.seed + it, epochs=c.algo.epochs)
+    t2 = time.perf_counter()
+    upd = {}
+    for batch in data_lib.iterate(ds):
+      state, upd = rl_step(state, self._to_device(batch), ref_params)
+    m |= {f"loss/{k}": float(v) for k, v in upd.items()}
+    m |= {"perf/update_s": time.perf_counter() - t2, "perf/update_skipped": 0.0}
     return state, m
+
+  def _tokenizer_and_sft_source(self):
+    """(records or None, tokenizer, format, graphdef, params): with `sft.init_from` the
+    tokenizer is that run's and no demonstrations are read."""
+    c = self.cfg
+    if not c.sft.init_from:
+      records = self._demos()
+      return (records, *self._policy(records))
+    tok_path = os.path.join(self.workdir, "tokenizer.json")
+    if not c.model_path and not os.path.exists(tok_path):
+      shutil.copy(os.path.join(c.sft.init_from, "tokenizer.json"), tok_path)
+    return (None, *self._policy(None))
+
+  def _sft_stage(self, graphdef, params, records) -> tuple[Any, dict | None]:
+    """SFT parameters, and their held-out evaluation when it is already known.
+
+    Taken, in this order, from workdir/sft (a run stopped right after its SFT stage),
+    from `sft.init_from`, or cloned here from the demonstrations (evaluation None).
+    """
+    c = self.cfg
+    sources = [self.sft_ckpt]
+    if c.sft.init_from:
+      sources.append(Checkpointer(os.path.join(c.sft.init_from, "sft"), max_to_keep=1))
+    for source in sources:
+      if source.latest_step() is not None:
+        params, meta = source.restore(params)
+        print(f"SFT parameters from {source.directory}")
+        return params, meta["sft_eval"]
+    return self._sft(graphdef, params, self.tok, records), None
+
+  def _kl_reference(self, params_template) -> Any:
+    """The KL anchor (algo.kl_coef > 0): the SFT policy, read back from workdir/sft,
+    so that a resumed run anchors to SFT and not to the RL weights it restored."""
+    if not self.cfg.algo.kl_coef:
+      return None
+    return self.sft_ckpt.restore(params_template)[0]
 
   def run(self) -> dict[str, Any]:
     c = self.cfg
     with EnvPool(c.env.name, dict(c.env.kwargs), c.rollout.num_envs,
                  backend=c.env.pool_backend, step_timeout_s=c.rollout.step_timeout_s) as pool:
-      records = self._demos()
-      self.tok, self.fmt, graphdef, params = self._policy(records)
+      records, self.tok, self.fmt, graphdef, params = self._tokenizer_and_sft_source()
       tx = ts.make_optimizer(c.optim)
       state = ts.init_state(params, tx)
       meta = {"phase": "start", "iteration": 0}
@@ -338,15 +394,21 @@ class Trainer:
         return out
 
       if meta["phase"] == "start":
-        params = self._sft(graphdef, state.params, self.tok, records)
+        params, m = self._sft_stage(graphdef, state.params, records)
         state = ts.init_state(params, tx)
         live["params"] = state.params
-        m = evaluate_all("SFT")
+        if m is None:
+          m = evaluate_all("SFT")
+        # workdir/sft: the KL reference, and the start of any run naming this one in
+        # `sft.init_from`.
+        if self.sft_ckpt.latest_step() is None:
+          self.sft_ckpt.save(0, state.params, {"sft_eval": m})
+          self.sft_ckpt.wait()
         self.summary["sft"] = m
         self.writer.write(0, m | {"perf/env_steps_total": 0})
         meta = {"phase": "rl", "iteration": 0}
         self._save(0, state, meta)
-      ref_params = jax.tree.map(jnp.copy, state.params) if c.algo.kl_coef else None
+      ref_params = self.ref_params = self._kl_reference(state.params)
       rl_step = ts.make_rl_step(graphdef, tx, c.algo, sampling_config(c, self.tok, greedy=False))
 
       start = int(meta["iteration"])
@@ -363,11 +425,13 @@ class Trainer:
                           steps=self.env_steps)
           if (it + 1) % c.checkpoint_every == 0:
             self._save(it + 1, state, {"phase": "rl", "iteration": it + 1})
-      m = evaluate_all("RL")
-      self.summary["rl"] = m
-      self.writer.write(c.rl_iterations, m | {"perf/env_steps_total": self.env_steps})
-      self._save(c.rl_iterations, state, {"phase": "done", "iteration": c.rl_iterations})
+      if c.rl_iterations > 0 and meta["phase"] != "done":
+        m = evaluate_all("RL")
+        self.summary["rl"] = m
+        self.writer.write(c.rl_iterations, m | {"perf/env_steps_total": self.env_steps})
+        self._save(c.rl_iterations, state, {"phase": "done", "iteration": c.rl_iterations})
     self.ckpt.close()
+    self.sft_ckpt.close()
     self.writer.close()
     metrics_lib.plot_learning_curve(self.writer.path, os.path.join(self.workdir, "learning_curve.png"),
                                     title=f"{c.name}: {c.algo.estimator}")

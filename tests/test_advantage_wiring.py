@@ -23,7 +23,9 @@ def _arrays():
   rng = np.random.default_rng(0)
   return R.GroupArrays(won, rng.normal(size=(1, 3, 3)).astype(np.float32) * mask, mask,
                        step_r, rng.integers(0, 2, (1, 3, 3)).astype(np.int32),
-                       np.full((1, 3, 3), np.nan, np.float32), act)
+                       np.full((1, 3, 3), np.nan, np.float32), act,
+                       np.array([[[True, False, False], [False, False, False],
+                                  [True, True, False]]]))
 
 
 def _penalty(length, max_len, cache):
@@ -64,3 +66,22 @@ def test_shaping_off_leaves_rewards_and_feeds_every_estimator():
       adv = compute_advantages(arr, algo, roll)
       assert adv.shape == (1, 3, 3) and np.isfinite(adv).all()
       assert (adv[~arr.mask_BxGxT] == 0).all()
+
+
+def test_invalid_action_penalty_matches_formula():
+  """Each rejected step costs `invalid_penalty` in its episode's return and in its own
+  step reward (verl-agent's invalid-action penalty); steps beyond the mask never count."""
+  arr = _arrays()
+  roll = RolloutConfig(max_action_tokens=8, max_turns=3)
+  rewards, step_rewards = shaped_rewards(arr, AlgoConfig(invalid_penalty=0.1), roll)
+  # Rejected active steps: rollout 0 step 0; rollout 2 steps 0 and 1 (rollout 1 none).
+  np.testing.assert_allclose(rewards[0], arr.rewards_BxG[0] - 0.1 * np.array([1, 0, 2]),
+                             rtol=0, atol=1e-7)
+  want = arr.step_rewards_BxGxT.copy()
+  want[0, 0, 0] -= 0.1
+  want[0, 2, 0] -= 0.1
+  want[0, 2, 1] -= 0.1
+  np.testing.assert_allclose(step_rewards, want, rtol=0, atol=1e-7)
+  # A group whose outcomes tie is no longer uniform: fewer invalid steps rank higher.
+  adv = compute_advantages(arr, AlgoConfig(estimator="grpo", invalid_penalty=0.1), roll)
+  assert adv[0, 0, 0] > adv[0, 2, 0]  # both won; rollout 0 made one bad step, rollout 2 two

@@ -1,0 +1,204 @@
+"""The RL loop's contract, on the real stack (TextWorldExpress, tiny decoder): a shared SFT
+start (`sft.init_from`), CSA at lambda 0 equal to GRPO bit for bit, the KL anchor after a
+resume, no update from all-zero advantages, and DAPO's dynamic sampling."""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import experiments
+from csa_jax import metrics as M
+from csa_jax import rollout as R
+from csa_jax import trainer as trainer_lib
+from csa_jax.checkpoint import Checkpointer
+from csa_jax.config import ConfigError, apply_overrides
+from csa_jax.trainer import Trainer
+
+
+def tiny_cfg(exp, iterations, demos_dir, *extra):
+  cfg = experiments.get_experiment(exp)
+  return apply_overrides(cfg, [f"sft.demos_dir={demos_dir}",
+      "sft.num_demos=6", "sft.epochs=1", "sft.batch_size=16",
+      "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
+      "rollout.max_turns=4", "rollout.max_prompt_tokens=96", "rollout.max_action_tokens=6",
+      "algo.minibatch_size=8", "eval.num_episodes=3", "eval.greedy=false",
+      f"rl_iterations={iterations}", "checkpoint_every=1", "tokenizer.vocab_size=512",
+      "model.vocab_size=512", "model.max_seq_len=128", "env.kwargs.step_limit=4", *extra])
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+  """An SFT-only run (rl_iterations=0): the shared start of the tests below."""
+  tmp = tmp_path_factory.mktemp("sft")
+  work = str(tmp / "sft")
+  # Enough epochs that the policy sometimes writes a valid action (mixed groups).
+  summary = Trainer(tiny_cfg("twx_coin_grpo", 0, tmp / "demos", "sft.epochs=30"), work).run()
+  return work, summary
+
+
+def _params(directory, step=None):
+  ckpt = Checkpointer(directory)
+  tree, _ = ckpt.read(step)
+  ckpt.close()
+  return tree
+
+
+def _leaves(tree):
+  return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def _equal(a, b):
+  la, lb = _leaves(a), _leaves(b)
+  return len(la) == len(lb) and all(x.shape == y.shape and (x == y).all() for x, y in zip(la, lb))
+
+
+def test_sft_only_run_writes_the_shared_start(sft_run):
+  work, summary = sft_run
+  assert set(summary) == {"sft"}  # no RL, no second evaluation
+  assert summary["sft"]["eval_sampled/episodes"] == 3
+  assert os.path.isdir(os.path.join(work, "sft"))
+  recs = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
+  assert [r["step"] for r in recs if "eval_sampled/success" in r] == [0]
+
+
+def test_init_from_starts_every_method_from_the_same_weights(sft_run, tmp_path):
+  src, summary = sft_run
+  work = str(tmp_path / "rl")
+  cfg = tiny_cfg("twx_coin_csa", 1, tmp_path / "no_demos", f"sft.init_from={src}")
+  out = Trainer(cfg, work).run()
+  assert out["sft"] == summary["sft"]  # SFT evaluation carried over, not redone
+  assert not os.path.exists(tmp_path / "no_demos")  # no demonstrations were read
+  with open(os.path.join(src, "tokenizer.json")) as a, open(os.path.join(work, "tokenizer.json")) as b:
+    assert a.read() == b.read()
+  assert _equal(_params(os.path.join(src, "sft")), _params(os.path.join(work, "sft")))
+  assert "rl" in out and out["rl"]["eval_sampled/episodes"] == 3
+
+
+def test_init_from_without_sft_checkpoint_is_a_config_error(tmp_path):
+  with pytest.raises(ConfigError, match="holds no SFT checkpoint"):
+    tiny_cfg("twx_coin_csa", 1, tmp_path, f"sft.init_from={tmp_path}")
+
+
+def _run_and_params(exp, src, work, iterations=2, *extra):
+  cfg = tiny_cfg(exp, iterations, os.path.dirname(work), f"sft.init_from={src}", *extra)
+  trainer = Trainer(cfg, work)
+  trainer.run()
+  return trainer, _params(os.path.join(work, "checkpoints"))
+
+
+def test_csa_lam0_equals_grpo_bitwise(sft_run, tmp_path):
+  """The proposal: lambda = 0 is exactly GRPO. Same seed, same SFT start: the same
+  rollouts, advantages, updates and final parameters, bit for bit."""
+  src, _ = sft_run
+  # The tiny policy rarely wins; the invalid-action penalty makes returns differ inside
+  # groups, so advantages are non-zero and the updates are real.
+  pen = "algo.invalid_penalty=0.1"
+  _, p_grpo = _run_and_params("twx_coin_grpo", src, str(tmp_path / "grpo"), 2, pen)
+  _, p_csa0 = _run_and_params("twx_coin_csa_lam0", src, str(tmp_path / "csa0"), 2, pen)
+  assert not _equal(p_grpo["params"], _params(os.path.join(src, "sft")))
+  assert _equal(p_grpo["params"], p_csa0["params"])
+  keys = ("rollout/success", "rollout/env_steps", "adv/mean", "adv/std", "loss/pg_loss",
+          "loss/grad_norm")
+  recs = [[r for r in M.read_jsonl(str(tmp_path / d / "metrics.jsonl")) if "adv/std" in r]
+          for d in ("grpo", "csa0")]
+  assert len(recs[0]) == len(recs[1]) > 0
+  for a, b in zip(*recs):
+    assert [a.get(k) for k in keys] == [b.get(k) for k in keys]
+  # And lambda > 0 is not GRPO (the test can tell them apart).
+  _, p_csa = _run_and_params("twx_coin_csa", src, str(tmp_path / "csa"), 2, pen)
+  assert not _equal(p_grpo["params"], p_csa["params"])
+
+
+def test_kl_reference_is_the_sft_policy_after_resume(sft_run, tmp_path):
+  src, _ = sft_run
+  work = str(tmp_path / "kl")
+  kl = ("algo.kl_coef=0.05", "algo.invalid_penalty=0.1")
+  _run_and_params("twx_coin_grpo", src, work, 2, *kl)
+  cfg = tiny_cfg("twx_coin_grpo", 3, tmp_path, f"sft.init_from={src}", *kl)
+  resumed = Trainer(cfg, work, resume=True)
+  resumed.run()
+  sft = _params(os.path.join(src, "sft"))
+  assert _equal(resumed.ref_params, sft)
+  rl = _params(os.path.join(work, "checkpoints"))["params"]
+  assert not _equal(rl, sft)  # the RL weights moved, so the check can fail
+  recs = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
+  assert all(np.isfinite(r["loss/kl_ref"]) for r in recs if "loss/pg_loss" in r)
+
+
+def test_all_zero_advantages_make_no_update(sft_run, tmp_path, monkeypatch):
+  """Iteration 1 learns (Adam's moments become non-zero); iteration 2's advantages are all
+  0: its parameters must equal iteration 1's. An update with zero gradients would still
+  move them by Adam's momentum."""
+  src, _ = sft_run
+  real = trainer_lib.compute_advantages
+  calls = []
+
+  def first_real_then_zero(arrays, algo, rollout):
+    calls.append(1)
+    adv = real(arrays, algo, rollout)
+    if len(calls) == 1:
+      adv = adv + np.where(arrays.mask_BxGxT, 0.5, 0.0).astype(np.float32)  # surely non-zero
+      return adv
+    return np.zeros_like(adv)
+
+  monkeypatch.setattr(trainer_lib, "compute_advantages", first_real_then_zero)
+  work = str(tmp_path / "zero")
+  _run_and_params("twx_coin_grpo", src, work, 2)
+  p1, p2 = (_params(os.path.join(work, "checkpoints"), s)["params"] for s in (1, 2))
+  assert _equal(p1, p2)
+  assert not _equal(p1, _params(os.path.join(src, "sft")))
+  recs = [r for r in M.read_jsonl(os.path.join(work, "metrics.jsonl")) if "perf/update_skipped" in r]
+  assert [r["perf/update_skipped"] for r in recs] == [0.0, 1.0]
+
+
+def _traj(won, length=2):
+  steps = [R.Step(prompt_ids=[3, 4], action_ids=[5, 1], action_logps=[-0.5, -0.1],
+                  action="a", observation="o", reward=0.0, anchor_id=0, valid=True,
+                  oracle_label=None) for _ in range(length)]
+  return R.Trajectory(task=("train", 0), steps=steps, won=won)
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_dynamic_sampling_inside_the_trainer(tmp_path, monkeypatch, rounds):
+  """Uniform groups are dropped; at most `dynamic_sampling_rounds` rounds; the batch never
+  exceeds tasks_per_iter groups; dropped episodes still count as environment steps."""
+  cfg = tiny_cfg("twx_coin_dapo", 1, tmp_path, f"algo.dynamic_sampling_rounds={rounds}",
+                 "rollout.tasks_per_iter=2", "rollout.group_size=3")
+  # Round k: group outcomes. Round 0: one mixed group; round 1: two mixed; round 2: mixed.
+  script = [[(1, 1, 1), (0, 1, 0)], [(1, 0, 0), (0, 0, 1)], [(1, 0, 1), (0, 0, 0)]]
+  played_rounds = []
+
+  def fake_run_episodes(pool, policy, tok, tasks, rcfg, rng, fmt=None, **kw):
+    k = len(played_rounds)
+    played_rounds.append(k)
+    assert len(tasks) == 6
+    return [_traj(bool(w), length=2 + k) for g in script[k] for w in g]
+
+  monkeypatch.setattr(trainer_lib.rollout_lib, "run_episodes", fake_run_episodes)
+  t = Trainer(cfg, str(tmp_path / "w"))
+  t.tok, t.fmt = None, None
+  trajs, arrays, played = t._collect(None, None)
+  if rounds == 1:
+    assert len(played_rounds) == 1 and played == 6 * 2
+    assert arrays.rewards_BxG.tolist() == [[0, 1, 0]]  # the uniform group was dropped
+  else:  # round 0 keeps 1 group, round 1 fills the batch: stop after 2 of 3 rounds
+    assert len(played_rounds) == 2 and played == 6 * 2 + 6 * 3
+    assert arrays.rewards_BxG.tolist() == [[0, 1, 0], [1, 0, 0]]  # capped at B = 2
+  assert len(trajs) == arrays.rewards_BxG.size <= 2 * 3
+
+
+def test_dynamic_sampling_all_uniform_makes_no_update(tmp_path, monkeypatch):
+  cfg = tiny_cfg("twx_coin_dapo", 1, tmp_path, "algo.dynamic_sampling_rounds=2")
+  monkeypatch.setattr(trainer_lib.rollout_lib, "run_episodes",
+                      lambda pool, policy, tok, tasks, *a, **k: [_traj(True) for _ in tasks])
+  t = Trainer(cfg, str(tmp_path / "w"))
+  t.tok, t.fmt = None, None
+
+  def no_step(*a):
+    raise AssertionError("an all-uniform round must not update")
+
+  state, m = t._rl_iteration(0, None, None, no_step, "state", None)
+  assert state == "state" and m["perf/update_skipped"] == 1.0
+  assert m["perf/env_steps_total"] == 2 * 6 * 2  # both rounds' episodes counted
