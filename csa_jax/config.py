@@ -130,6 +130,10 @@ class SFTConfig:
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
   num_episodes: int = 100
+  # Held-out tasks are eval_split's indices first_task .. first_task + num_episodes - 1.
+  # When eval_split is the training split, they must lie past env.num_train_tasks (tasks
+  # RL never samples and demonstrations never cover).
+  first_task: int = 0
   # Greedy actions, and (also) actions sampled at the rollout temperature.
   greedy: bool = True
   sampled: bool = True
@@ -283,6 +287,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
        f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
+      (cfg.env.eval_split != cfg.env.train_split
+       or cfg.eval.first_task >= max(cfg.env.num_train_tasks, cfg.sft.num_demos),
+       f"eval.first_task={cfg.eval.first_task} would evaluate on training tasks: with "
+       f"eval_split == train_split it must be >= env.num_train_tasks "
+       f"({cfg.env.num_train_tasks}) and sft.num_demos"),
       (cfg.eval.greedy or cfg.eval.sampled, "eval.greedy and eval.sampled are both off"),
   ]
   for ok, msg in checks:

@@ -107,9 +107,9 @@ def make_policy(graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *, 
 
 def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
              fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> tuple[dict, list]:
-  """The first eval.num_episodes tasks of the held-out split, one episode each."""
-  n = cfg.eval.num_episodes
-  tasks = [(cfg.env.eval_split, i) for i in range(n)]
+  """eval.num_episodes held-out tasks from eval.first_task on, one episode each."""
+  n, first = cfg.eval.num_episodes, cfg.eval.first_task
+  tasks = [(cfg.env.eval_split, first + i) for i in range(n)]
   with tqdm(total=n, desc=f"eval {label}", unit="ep", leave=False) as bar:
     trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, cfg.rollout,
                                      np.random.default_rng(0), on_wave=bar.update, fmt=fmt)

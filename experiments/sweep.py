@@ -1,0 +1,231 @@
+"""Methods x seeds on one experiment family, each seed's methods from one shared SFT start.
+
+    python -m experiments.sweep --family coin_doors --seeds 5 \
+        --methods grpo,dr_grpo,rloo,dapo,gigpo,csa,csa_dapo,csa_lam0,csa_lam1 --name coin_doors
+
+For every seed s: one SFT run (`{family}_grpo` with `rl_iterations=0`, `seed=s`), then one
+RL run per method (`{family}_{method}`, `seed=s`, `sft.init_from=` that SFT run), so the
+methods of a seed differ only in the algorithm (the proposal's paired comparison). Runs go
+seed by seed, so a sweep stopped early holds whole seeds.
+
+Where things go: each run's work directory (checkpoints, TensorBoard) is
+`runs/sweeps/NAME/RUN/` (not committed); when a run finishes, its small result files
+(`metrics.jsonl`, `config.json`) and an empty `DONE` are copied to `reports/NAME/runs/RUN/`,
+which `python -m experiments.report --name NAME` reads. With `--commit` each finished
+run's files are committed at once, so a session that ends mid-sweep loses nothing finished.
+
+Continuing: run the same command again. Finished runs (DONE in reports/) are skipped; a
+run killed midway resumes from its last checkpoint (`--resume`); an RL run whose SFT start
+is gone (a fresh machine) has it rebuilt first, from demonstrations built on that machine
+(TextWorldExpress "coin" draws its expert's walk anew per JVM, so such a seed's SFT start
+differs from the one its earlier runs used: `reports/NAME/runs/sft_seedS/metrics.jsonl`
+tells which SFT evaluation each seed's deltas are taken against).
+
+Parallelism: `--jobs` runs at once (default 2, one per core), each process limited to one
+XLA CPU thread; JAX's persistent compilation cache (`runs/sweeps/NAME/jax_cache`) lets
+every run after the first skip compiling the sampler and the update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+RESULT_FILES = ("metrics.jsonl", "config.json")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  name: str  # "sft_seed0", "csa_seed0"
+  exp: str
+  seed: int
+  overrides: tuple[str, ...]
+  needs: str | None  # the SFT run this one starts from
+
+
+def plan(family: str, methods: list[str], seeds: list[int], extra: list[str],
+         work_root: str) -> list[Run]:
+  """Seed-major: SFT of seed s, then its methods, then seed s + 1."""
+  runs = []
+  for s in seeds:
+    sft = f"sft_seed{s}"
+    runs.append(Run(sft, f"{family}_grpo", s, (f"seed={s}", "rl_iterations=0", *extra), None))
+    for m in methods:
+      runs.append(Run(f"{m}_seed{s}", f"{family}_{m}", s,
+                      (f"seed={s}", f"sft.init_from={os.path.join(work_root, sft)}", *extra),
+                      sft))
+  return runs
+
+
+class Sweep:
+  def __init__(self, args: argparse.Namespace):
+    self.args = args
+    self.work_root = os.path.join(args.runs_dir, "sweeps", args.name)
+    self.report_root = os.path.join(args.reports_dir, args.name, "runs")
+    os.makedirs(self.work_root, exist_ok=True)
+    os.makedirs(self.report_root, exist_ok=True)
+    methods = [m for m in args.methods.split(",") if m]
+    seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
+    self.runs = plan(args.family, methods, seeds, list(args.overrides), self.work_root)
+    self._check_experiments()
+
+  def _check_experiments(self) -> None:
+    import experiments
+    known = experiments.list_experiments()
+    missing = sorted({r.exp for r in self.runs} - set(known))
+    if missing:
+      sys.exit(f"sweep: unknown experiments {', '.join(missing)} (family "
+               f"{self.args.family!r}; `python launch.py --list` shows them)")
+
+  def done(self, run: Run) -> bool:
+    return os.path.exists(os.path.join(self.report_root, run.name, "DONE"))
+
+  def _sft_ready(self, sft: str) -> bool:
+    return os.path.isdir(os.path.join(self.work_root, sft, "sft"))
+
+  def command(self, run: Run) -> list[str]:
+    workdir = os.path.join(self.work_root, run.name)
+    cmd = [sys.executable, os.path.join(ROOT, "launch.py"), "--exp", run.exp,
+           "--workdir", workdir]
+    for o in run.overrides:
+      cmd += ["--set", o]
+    ckpt = os.path.join(workdir, "checkpoints")
+    if os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt)):
+      cmd.append("--resume")
+    return cmd
+
+  def _env(self) -> dict[str, str]:
+    env = dict(os.environ)
+    # One XLA CPU thread per run: `--jobs` runs share the cores without oversubscribing.
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                        " intra_op_parallelism_threads=1").strip()
+    env["JAX_COMPILATION_CACHE_DIR"] = os.path.abspath(os.path.join(self.work_root, "jax_cache"))
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
+    env["TQDM_MININTERVAL"] = "30"
+    return env
+
+  def execute(self, run: Run) -> tuple[Run, int, float]:
+    t0 = time.time()
+    log = os.path.join(self.work_root, f"{run.name}.log")
+    with open(log, "a") as f:
+      f.write("$ " + shlex.join(self.command(run)) + "\n")
+      f.flush()
+      rc = subprocess.call(self.command(run), stdout=f, stderr=subprocess.STDOUT,
+                           env=self._env(), cwd=ROOT)
+    if rc == 0:
+      self._publish(run)
+    return run, rc, time.time() - t0
+
+  def _publish(self, run: Run) -> None:
+    """Copies the run's small result files to reports/ and marks it DONE."""
+    src = os.path.join(self.work_root, run.name)
+    dst = os.path.join(self.report_root, run.name)
+    os.makedirs(dst, exist_ok=True)
+    for f in RESULT_FILES:
+      shutil.copy(os.path.join(src, f), os.path.join(dst, f))
+    open(os.path.join(dst, "DONE"), "w").close()
+    if self.args.commit:
+      subprocess.call(["git", "add", dst], cwd=ROOT)
+      subprocess.call(["git", "commit", "-q", "-m", f"sweep {self.args.name}: {run.name}",
+                       "--", dst], cwd=ROOT)
+
+  def run(self) -> int:
+    todo = [r for r in self.runs if not self.done(r)]
+    print(f"sweep {self.args.name}: {len(self.runs)} runs, {len(self.runs) - len(todo)} "
+          f"already done, {len(todo)} to run with {self.args.jobs} jobs; logs in "
+          f"{self.work_root}", flush=True)
+    self._write_commands()
+    failed: set[str] = set()
+    pending = list(todo)
+    running = {}
+    finished = len(self.runs) - len(todo)
+    with ThreadPoolExecutor(self.args.jobs) as pool:
+      while pending or running:
+        # Start what can start: an RL run waits for its seed's SFT start.
+        for run in list(pending):
+          if len(running) >= self.args.jobs:
+            break
+          if run.needs and run.needs in failed:
+            pending.remove(run)
+            failed.add(run.name)
+            print(f"  skip {run.name}: its SFT run failed", flush=True)
+            continue
+          if run.needs and not self._sft_ready(run.needs):
+            if any(r.name == run.needs for r in list(pending) + list(running.values())):
+              continue  # its SFT run is queued or running
+            sft = next(r for r in self.runs if r.name == run.needs)  # rebuild a lost start
+            pending.insert(0, sft)
+            continue
+          pending.remove(run)
+          running[pool.submit(self.execute, run)] = run
+        if not running:
+          continue
+        fut = next(as_completed(running))
+        del running[fut]
+        run, rc, secs = fut.result()
+        finished += rc == 0
+        if rc != 0:
+          failed.add(run.name)
+        print(f"[{finished}/{len(self.runs)}] {run.name} {'done' if rc == 0 else f'FAILED rc={rc}'}"
+              f" in {secs:.0f} s{self._headline(run) if rc == 0 else ''}", flush=True)
+    if failed:
+      print(f"sweep {self.args.name}: {len(failed)} runs failed: {', '.join(sorted(failed))}"
+            f" (logs in {self.work_root})")
+      return 1
+    print(f"sweep {self.args.name}: all {len(self.runs)} runs done; report with "
+          f"`python -m experiments.report --name {self.args.name}`")
+    return 0
+
+  def _headline(self, run: Run) -> str:
+    from csa_jax.metrics import read_jsonl
+    recs = read_jsonl(os.path.join(self.report_root, run.name, "metrics.jsonl"))
+    last = [r for r in recs if "eval_sampled/success" in r or "eval/success" in r]
+    if not last:
+      return ""
+    r = last[-1]
+    parts = [f"{k.split('/')[0]} {r[k]:.3f}" for k in ("eval/success", "eval_sampled/success")
+             if k in r]
+    return " (held-out success: " + ", ".join(parts) + ")"
+
+  def _write_commands(self) -> None:
+    path = os.path.join(self.args.reports_dir, self.args.name, "commands.txt")
+    argv = ["python", "-m", "experiments.sweep"] + sys.argv[1:]
+    with open(path, "w") as f:
+      f.write(shlex.join(argv) + "\n")
+      f.write(f"python -m experiments.report --name {self.args.name}\n")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--family", required=True, help="experiment family, e.g. coin_doors")
+  p.add_argument("--methods", default="grpo,dr_grpo,rloo,dapo,gigpo,csa,csa_dapo,csa_lam0,csa_lam1")
+  p.add_argument("--seeds", type=int, default=5, help="how many seeds")
+  p.add_argument("--seed-offset", type=int, default=0, help="first seed")
+  p.add_argument("--name", default=None, help="study name (default: the family)")
+  p.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
+  p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                 help="config override for every run (repeatable)")
+  p.add_argument("--commit", action="store_true", help="git-commit each finished run's files")
+  p.add_argument("--runs-dir", default=os.path.join(ROOT, "runs"))
+  p.add_argument("--reports-dir", default=os.path.join(ROOT, "reports"))
+  args = p.parse_args(argv)
+  args.name = args.name or args.family
+  if args.seeds < 1 or args.jobs < 1:
+    p.error("--seeds and --jobs must be >= 1")
+  return args
+
+
+def main(argv=None) -> int:
+  return Sweep(parse_args(argv)).run()
+
+
+if __name__ == "__main__":
+  sys.exit(main())
