@@ -35,7 +35,7 @@ class Step:
   action: str
   observation: str  # what the agent saw before acting
   reward: float
-  anchor_id: int  # hash of the anchor observation (GiGPO step groups)
+  anchor_id: int  # hash of the anchor state before acting (GiGPO step groups)
   valid: bool
   oracle_label: float | None
 
@@ -146,8 +146,18 @@ def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
 
 
 def anchor_id(anchor: str) -> int:
-  """A stable 31-bit id of an anchor observation (equal text, equal id)."""
+  """A stable 31-bit id of an anchor's text (equal text, equal id)."""
   return zlib.crc32(anchor.strip().encode()) & 0x7FFFFFFF
+
+
+def step_anchor(kind: str, observation: str, info) -> str:
+  """The text GiGPO groups a step by: the environment's state anchor, or ("faithful",
+  as verl-agent) the observation the agent saw."""
+  if kind == "state":
+    return info.anchor
+  if kind == "faithful":
+    return observation
+  raise ValueError(f"rollout.anchor must be 'state' or 'faithful', got {kind!r}")
 
 
 def action_text(tok: Tokenizer, action_ids: Sequence[int]) -> str:
@@ -208,7 +218,8 @@ def _run_wave(pool, policy: PolicyFn, tok: Tokenizer, tasks: list[tuple[str, int
       trajs[i].steps.append(Step(
           prompt_ids=prompts[i], action_ids=list(action_ids[i]),
           action_logps=list(action_logps[i]), action=a, observation=obs[i],
-          reward=float(r.reward), anchor_id=anchor_id(infos[i].anchor),
+          reward=float(r.reward),
+          anchor_id=anchor_id(step_anchor(cfg.anchor, obs[i], infos[i])),
           valid=r.info.action_valid, oracle_label=r.info.oracle_label))
       history[i].append((a, r.observation))
       obs[i], infos[i] = r.observation, r.info

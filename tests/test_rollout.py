@@ -1,10 +1,14 @@
 """Prompts fit their budget; trajectories pad into [B, G, T] arrays exactly."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from csa_jax import rollout as R
+from csa_jax.config import RolloutConfig
 from csa_jax.tokenizer import train_bpe
+from environments.pool import EnvPool
 
 TOK = train_bpe(["You are in the kitchen. To the North you see the pantry.", " move north",
                  " take coin", "Task: Now: Actions: Action: > |"] * 10, 400)
@@ -100,3 +104,50 @@ def test_anchor_id_is_stable_and_ignores_outer_space():
   assert R.anchor_id("You are in the kitchen.") == R.anchor_id("  You are in the kitchen.\n")
   assert R.anchor_id("a") != R.anchor_id("b")
   assert 0 <= R.anchor_id("x") < 2**31
+
+
+def _scripted_policy(tok, scripts):
+  """A policy that plays scripts[slot][turn] in each slot (then "look around")."""
+  turn = [0] * len(scripts)
+
+  def policy(prompts, rng):
+    del rng
+    ids, logps = [], []
+    for slot, p in enumerate(prompts):
+      if p == [tok.eos_id]:  # idle slot
+        ids.append([tok.eos_id])
+      else:
+        script = scripts[slot]
+        a = script[turn[slot]] if turn[slot] < len(script) else "look around"
+        turn[slot] += 1
+        ids.append(tok.encode(" " + a) + [tok.eos_id])
+      logps.append([-0.5] * len(ids[-1]))
+    return ids, logps
+
+  return policy
+
+
+@pytest.mark.parametrize("anchor", ["state", "faithful"])
+def test_gigpo_anchor_state_or_observation(anchor):
+  """Two rollouts of one coin task, each sending an unknown action in a different room.
+
+  The state anchor groups steps by room (kitchen, kitchen, pantry | kitchen, pantry,
+  pantry); the faithful one (verl-agent's observation text) puts the two "Unknown action"
+  steps, one in each room, into one step group.
+  """
+  scripts = [["dance", "move north", "look around"], ["move north", "dance", "look around"]]
+  cfg = dataclasses.replace(RolloutConfig(), max_turns=3, anchor=anchor)
+  with EnvPool("twx", {"game": "coin"}, 2) as pool:
+    trajs = R.run_episodes(pool, _scripted_policy(TOK, scripts), TOK, [("train", 0)] * 2, cfg,
+                           np.random.default_rng(0))
+  ids = [[st.anchor_id for st in tr.steps] for tr in trajs]
+  assert [[st.action for st in tr.steps] for tr in trajs] == scripts
+  unknown = [(0, 1), (1, 2)]  # (rollout, step) that saw "Unknown action" in each room
+  assert all(trajs[i].steps[t].observation.startswith("Unknown action") for i, t in unknown)
+  if anchor == "state":
+    kitchen, pantry = ids[0][0], ids[0][2]
+    assert ids == [[kitchen, kitchen, pantry], [kitchen, pantry, pantry]] and kitchen != pantry
+  else:
+    assert ids[0][1] == ids[1][2]  # one step group across two rooms
+    assert ids[0][1] != ids[0][0] and ids[0][1] != ids[1][1]
+    assert ids[0][0] == ids[1][0] and ids[0][2] == ids[1][1]  # the same room description
