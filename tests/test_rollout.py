@@ -7,7 +7,7 @@ import pytest
 
 from csa_jax import rollout as R
 from csa_jax.config import RolloutConfig
-from csa_jax.tokenizer import train_bpe
+from csa_jax.tokenizer import Tokenizer, train_bpe
 from environments.pool import EnvPool
 
 TOK = train_bpe(["You are in the kitchen. To the North you see the pantry.", " move north",
@@ -151,3 +151,46 @@ def test_gigpo_anchor_state_or_observation(anchor):
     assert ids[0][1] == ids[1][2]  # one step group across two rooms
     assert ids[0][1] != ids[0][0] and ids[0][1] != ids[1][1]
     assert ids[0][0] == ids[1][0] and ids[0][2] == ids[1][1]  # the same room description
+
+
+CHAT_TOK = Tokenizer(TOK.tok, chat_template=(
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"))
+# ALFWorld-like: dozens of admissible actions, far more than half a small budget.
+MANY = sorted([f"go to countertop {i}" for i in range(1, 25)] + ["inventory", "look"]
+              + [f"take coin {i} from countertop {i}" for i in range(1, 9)])
+
+
+@pytest.mark.parametrize("fmt_name", ["plain", "chat"])
+@pytest.mark.parametrize("budget", [128, 200, 300])
+def test_action_list_drops_whole_actions_keeps_header_and_cue(fmt_name, budget):
+  fmt = R.PLAIN if fmt_name == "plain" else R.PromptFormat.chat(CHAT_TOK)
+  hist = [("go to countertop 3", "You arrive at countertop 3. On it you see a coin 3.")]
+  obs = "You arrive at countertop 1. " + "On it you see a spoon. " * 20
+  enc = R.build_prompt(CHAT_TOK, "put a coin in the box", hist, obs, MANY, history_turns=2,
+                       max_tokens=budget, fmt=fmt)
+  assert len(enc.ids) <= budget
+  assert enc.ids[:len(fmt.prefix_ids)] == list(fmt.prefix_ids)
+  assert enc.ids[len(enc.ids) - len(fmt.suffix_ids):] == list(fmt.suffix_ids)
+  body = enc.ids[len(fmt.prefix_ids):len(enc.ids) - len(fmt.suffix_ids)]
+  text = CHAT_TOK.decode(body)
+  assert text.startswith("Task: put a coin in the box\n")
+  kept = len(MANY) - enc.actions_dropped
+  assert 0 < kept < len(MANY)  # the budget is tight: some, not all, actions fit
+  tail = "\nActions: " + " | ".join(MANY[:kept] + ["..."]) + "\nAction:"
+  assert text.endswith(tail)  # the header, the first actions whole, the marker, the cue
+  # As many as fit: one more action would not fit the tail's half of the budget.
+  half = (budget - len(fmt.prefix_ids) - len(fmt.suffix_ids)) // 2
+  more = "\nActions: " + " | ".join(MANY[:kept + 1] + ["..."]) + "\nAction:"
+  assert len(CHAT_TOK.encode(tail)) <= half < len(CHAT_TOK.encode(more))
+  assert R.encode_prompt(CHAT_TOK, "put a coin in the box", hist, obs, MANY, history_turns=2,
+                         max_tokens=budget, fmt=fmt) == enc.ids
+
+
+def test_action_list_that_fits_is_untouched_and_a_budget_without_room_for_the_cue_fails():
+  enc = R.build_prompt(TOK, "t", [], "You see a coin.", ["take coin", "move west"],
+                       history_turns=2, max_tokens=1000)
+  assert enc.actions_dropped == 0
+  assert TOK.decode(enc.ids).endswith("\nActions: take coin | move west\nAction:")
+  with pytest.raises(ValueError, match="cannot hold its header and cue"):
+    R.build_prompt(TOK, "t", [], "o", MANY, history_turns=0, max_tokens=6)
