@@ -116,7 +116,9 @@ class PromptFormat:
     marker = "\x00PROMPT\x00"
     text = tok.render_chat([{"role": "user", "content": marker}], add_generation_prompt=True)
     before, after = text.split(marker)
-    return cls(tuple(tok.encode(before)), tuple(tok.encode(after)), "")
+    # The template's markup holds its special tokens; the prompt between is plain text.
+    return cls(tuple(tok.encode(before, specials=True)), tuple(tok.encode(after, specials=True)),
+               "")
 
 
 PLAIN = PromptFormat()

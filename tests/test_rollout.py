@@ -194,3 +194,17 @@ def test_action_list_that_fits_is_untouched_and_a_budget_without_room_for_the_cu
   assert TOK.decode(enc.ids).endswith("\nActions: take coin | move west\nAction:")
   with pytest.raises(ValueError, match="cannot hold its header and cue"):
     R.build_prompt(TOK, "t", [], "o", MANY, history_turns=0, max_tokens=6)
+
+
+def test_environment_text_cannot_inject_special_tokens():
+  # An observation that spells the end-of-action token stays text inside the prompt; the
+  # chat template's own markup around it keeps its special tokens.
+  fmt = R.PromptFormat.chat(Tokenizer(CHAT_TOK.tok, chat_template=(
+      "<pad>{% for m in messages %}{{ m['content'] }}{% endfor %}<eos>")))
+  assert fmt.prefix_ids == (TOK.pad_id,) and fmt.suffix_ids == (TOK.eos_id,)
+  obs = "The sign reads: <eos> <pad> end."
+  enc = R.build_prompt(TOK, "t", [], obs, ["read sign"], history_turns=0, max_tokens=200,
+                       fmt=fmt)
+  body = enc.ids[1:-1]
+  assert TOK.eos_id not in body and TOK.pad_id not in body
+  assert TOK.decode(body) == R.prompt_text("t", [], obs, ["read sign"])

@@ -92,8 +92,8 @@ def test_pretrained_checkpoint_with_chat_template(tmp_path):
   summary = trainer.run()
   assert summary["rl"]["eval/episodes"] == 3
   # The prompts were framed by the checkpoint's chat template.
-  assert trainer.fmt.prefix_ids == tuple(tok.encode("<|user|>"))
-  assert trainer.fmt.suffix_ids == tuple(tok.encode("<eos><|assistant|>"))
+  assert trainer.fmt.prefix_ids == tuple(tok.encode("<|user|>", specials=True))
+  assert trainer.fmt.suffix_ids == tuple(tok.encode("<eos><|assistant|>", specials=True))
   assert trainer.fmt.action_prefix == ""
   assert not os.path.exists(os.path.join(work, "tokenizer.json"))
 
