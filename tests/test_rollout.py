@@ -208,3 +208,63 @@ def test_environment_text_cannot_inject_special_tokens():
   body = enc.ids[1:-1]
   assert TOK.eos_id not in body and TOK.pad_id not in body
   assert TOK.decode(body) == R.prompt_text("t", [], obs, ["read sign"])
+
+
+def test_multi_turn_loop_plays_an_expert_on_a_real_pool():
+  """Five twc tasks (deterministic expert) on two environments: waves of 2, 2 and 1.
+
+  Results come back in task order, every episode is won, each step's observation is the
+  one the agent acted on, idle and finished slots get the one-token dummy prompt, and
+  every step's prompt is the one the SFT rows build for that task and step (prompts tight
+  enough that some action lists are cut, so the dropped counts are checked too).
+  """
+  from csa_jax.trainer import demo_corpus, demo_rows  # pylint: disable=import-outside-toplevel
+  from csa_jax.config import ExperimentConfig  # pylint: disable=import-outside-toplevel
+  from environments.demos import SEP, collect_demos  # pylint: disable=import-outside-toplevel
+
+  env_kwargs = {"game": "twc"}
+  order = [3, 0, 4, 1, 2]
+  tasks = [("train", i) for i in order]
+  records = collect_demos("twx", env_kwargs, "train", order)
+  for rec in records:  # as the trainer reads them back
+    rec["admissible"] = [a.split(SEP) for a in rec["admissible"]]
+  assert all(rec["won"] for rec in records)
+  tok = train_bpe(demo_corpus(records), 600)
+  cfg = ExperimentConfig(rollout=RolloutConfig(max_turns=20, history_turns=2,
+                                               max_prompt_tokens=160, max_action_tokens=16))
+  dummy = [tok.eos_id]
+  calls = []
+  with EnvPool("twx", env_kwargs, 2) as pool:
+
+    def expert(prompts, rng):
+      del rng
+      assert len(prompts) == pool.num_envs
+      acts = pool.expert_action(list(range(pool.num_envs)))  # None once an episode ended
+      calls.append([(p == dummy, a is None) for p, a in zip(prompts, acts)])
+      ids = [[7, 8] if a is None else tok.encode(" " + a) + [tok.eos_id] for a in acts]
+      return ids, [[-0.25] * len(x) for x in ids]
+
+    trajs = R.run_episodes(pool, expert, tok, tasks, cfg.rollout, np.random.default_rng(0))
+  assert [tr.task for tr in trajs] == tasks
+  assert all(tr.won and not tr.truncated and tr.error is None for tr in trajs)
+  for tr, rec in zip(trajs, records):
+    assert [st.action for st in tr.steps] == rec["actions"]
+    assert [st.observation for st in tr.steps] == rec["observations"]
+    assert all(st.valid for st in tr.steps)
+  # A slot is idle (dummy prompt) exactly when its env has no episode in play; the last
+  # wave has one task, so slot 1 idles through it.
+  assert all(is_dummy == ended for call in calls for is_dummy, ended in call)
+  assert sum(not d for call in calls for d, _ in call) == sum(tr.length for tr in trajs)
+  assert calls[-1][1] == (True, True)
+  rows = demo_rows(records, tok, cfg)
+  steps = [st for tr in trajs for st in tr.steps]
+  assert [r["prompt_ids"] for r in rows] == [st.prompt_ids for st in steps]
+  assert [r["action_ids"] for r in rows] == [st.action_ids for st in steps]
+  dropped = []
+  for rec in records:
+    for t in range(len(rec["actions"])):
+      hist = [(rec["actions"][j], rec["observations"][j + 1]) for j in range(t)]
+      dropped.append(R.build_prompt(tok, rec["task"], hist, rec["observations"][t],
+                                    rec["admissible"][t], history_turns=2,
+                                    max_tokens=160).actions_dropped)
+  assert [st.actions_dropped for st in steps] == dropped and sum(dropped) > 0
