@@ -15,10 +15,8 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("alfworld")
-
-from environments import make_env  # noqa: E402
-from environments import alfworld_gen as gen  # noqa: E402
+from environments import make_env
+from environments import alfworld_gen as gen
 
 SPLITS = ("train", "eval_seen", "eval_unseen")
 # One task per split, four task types: simple, look_at_obj_in_light, clean, heat.
