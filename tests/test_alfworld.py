@@ -19,8 +19,11 @@ from environments import make_env
 from environments import alfworld_gen as gen
 
 SPLITS = ("train", "eval_seen", "eval_unseen")
-# One task per split, four task types: simple, look_at_obj_in_light, clean, heat.
-SAMPLE = (("train", 0), ("train", 1), ("eval_seen", 2), ("eval_unseen", 3))
+# Every split, and each of the six task types once (index % 6): simple and
+# look_at_obj_in_light on train, clean on eval_seen, heat on eval_unseen, cool and pick_two
+# on train. test_all_six_task_types_expert_wins (slow) plays all six on every split.
+SAMPLE = (("train", 0), ("train", 1), ("eval_seen", 2), ("eval_unseen", 3), ("train", 4),
+          ("train", 5))
 
 
 @pytest.fixture(scope="module")
