@@ -350,7 +350,7 @@ def _segment_normalize(x, active, seg, num_segments, *, eps, ddof, std_normalize
 def _check_state_id(state_id_BxGxT):
   state_id_BxGxT = jnp.asarray(state_id_BxGxT)
   if not jnp.issubdtype(state_id_BxGxT.dtype, jnp.integer):
-    raise ValueError("state_id_BxGxT must hold integer ids (hash anchor observations on "
+    raise ValueError("state_id_BxGxT must hold integer ids (hash anchor states on "
                      f"the host), got dtype {state_id_BxGxT.dtype}")
   return state_id_BxGxT
 
@@ -400,8 +400,9 @@ def gigpo_advantages(step_rewards_BxGxT, mask_BxGxT, state_id_BxGxT, *, gamma=0.
     step_rewards_BxGxT: reward received at each step (sparse tasks: the outcome on the
       last step, 0 before).
     mask_BxGxT: true where rollout i of group b has a step t.
-    state_id_BxGxT: int id of the anchor state (the current observation without
-      history) at each step; equal ids within a task group are the same state.
+    state_id_BxGxT: int id of the anchor state at each step (no history; see
+      `rollout.step_anchor`: the environment's state, or the observation text as in
+      verl-agent); equal ids within a task group are the same state.
     gamma: discount of the step-level return (paper: 0.95).
     w: weight of the step term (paper: 1).
     std_normalize, eps, ddof: as in `episode_advantages`, for both terms.

@@ -60,6 +60,11 @@ class RolloutConfig:
   step_timeout_s: float = 60.0
   # logp of a step = sum (or mean) over its action tokens, recorded at sampling time.
   logp_reduce: str = "sum"
+  # GiGPO's anchor state: "state" is what the environment says identifies the state (each
+  # adapter documents it: room, inventory and score in TextWorldExpress; the PDDL state in
+  # ALFWorld); "faithful" is the observation text, as verl-agent keys it, which merges
+  # states whose feedback reads alike ("Nothing happens." after any invalid action).
+  anchor: str = "state"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +270,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (r.num_envs >= 1, "rollout.num_envs must be >= 1"),
       (r.max_turns >= 1, "rollout.max_turns must be >= 1"),
       (r.logp_reduce in ("sum", "mean"), "rollout.logp_reduce must be 'sum' or 'mean'"),
+      (r.anchor in ("state", "faithful"), "rollout.anchor must be 'state' or 'faithful'"),
       (cfg.model_path or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
        f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "

@@ -30,6 +30,10 @@ def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float
       f"{prefix}/invalid_action_frac": (sum(not s.valid for s in steps) / len(steps)
                                         if steps else 0.0),
       f"{prefix}/errors": float(sum(t.error is not None for t in trajs)),
+      # Admissible actions the prompt budget left out of the list, per step (see
+      # rollout.build_prompt): non-zero means the policy did not see every action.
+      f"{prefix}/actions_dropped": (sum(s.actions_dropped for s in steps) / len(steps)
+                                    if steps else 0.0),
   }
 
 

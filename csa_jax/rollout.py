@@ -35,9 +35,11 @@ class Step:
   action: str
   observation: str  # what the agent saw before acting
   reward: float
-  anchor_id: int  # hash of the anchor observation (GiGPO step groups)
+  anchor_id: int  # hash of the anchor state before acting (GiGPO step groups)
   valid: bool
   oracle_label: float | None
+  # Admissible actions left out of the prompt's list to fit its budget (see encode_prompt).
+  actions_dropped: int = 0
 
 
 @dataclasses.dataclass
@@ -70,8 +72,13 @@ def prompt_parts(task: str, history: Sequence[tuple[str, str]], observation: str
   # Past observations keep only their first sentence ("You are in the kitchen."): enough
   # to tell where the agent was, short enough to keep several turns in a small window.
   turns = [f"> {a}\n{_first_sentence(o)}\n" for a, o in history]
-  tail = f"\nActions: {' | '.join(admissible)}\nAction:"
-  return header, turns, f"Now: {observation.strip()}", tail
+  return header, turns, f"Now: {observation.strip()}", _tail_text(admissible, more=False)
+
+
+def _tail_text(actions: Sequence[str], more: bool) -> str:
+  """The action list and the cue; `more` marks a list that lost actions to the budget."""
+  listed = " | ".join(list(actions) + (["..."] if more else []))
+  return f"\nActions: {listed}\nAction:"
 
 
 def prompt_text(task: str, history: Sequence[tuple[str, str]], observation: str,
@@ -109,30 +116,69 @@ class PromptFormat:
     marker = "\x00PROMPT\x00"
     text = tok.render_chat([{"role": "user", "content": marker}], add_generation_prompt=True)
     before, after = text.split(marker)
-    return cls(tuple(tok.encode(before)), tuple(tok.encode(after)), "")
+    # The template's markup holds its special tokens; the prompt between is plain text.
+    return cls(tuple(tok.encode(before, specials=True)), tuple(tok.encode(after, specials=True)),
+               "")
 
 
 PLAIN = PromptFormat()
 
 
-def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
-                  observation: str, admissible: Sequence[str], *, history_turns: int,
-                  max_tokens: int, min_obs_tokens: int = 48,
-                  fmt: PromptFormat = PLAIN) -> list[int]:
-  """Token ids of the prompt, at most `max_tokens` long.
+@dataclasses.dataclass(frozen=True)
+class EncodedPrompt:
+  ids: list[int]
+  actions_dropped: int  # admissible actions left out of the list to fit the budget
 
-  The budget goes first to the task line (at most a quarter), the admissible actions and
-  the "Action:" cue (at most half), then to the last `history_turns` turns, newest
-  first, as long as the current observation keeps `min_obs_tokens`; the observation
-  takes the rest and, if longer, loses its middle (its start says where the agent is,
-  its end often lists exits and objects).
+
+def _fit_actions(tok: Tokenizer, admissible: Sequence[str], budget: int
+                 ) -> tuple[list[int], int]:
+  """The tail's ids within `budget`, dropping whole actions from the end of the list.
+
+  The "Actions:" header and the "Action:" cue always stay; a cut list ends in " | ..." so
+  the policy can tell it is incomplete. The tail is encoded as one text (as untruncated),
+  and the number of actions kept is the largest whose encoding fits (binary search:
+  encoded length grows with the text).
+  """
+  admissible = list(admissible)
+  ids = tok.encode(_tail_text(admissible, more=False))
+  if len(ids) <= budget:
+    return ids, 0
+  fit = lambda k: tok.encode(_tail_text(admissible[:k], more=True))
+  best = fit(0)
+  if len(best) > budget:
+    raise ValueError(f"a prompt budget of {budget} tokens for the action list cannot hold "
+                     f"its header and cue ({len(best)} tokens); raise max_prompt_tokens")
+  lo, hi = 0, len(admissible) - 1  # fit(lo) fits; find the largest such k
+  while lo < hi:
+    mid = (lo + hi + 1) // 2
+    ids = fit(mid)
+    if len(ids) <= budget:
+      lo, best = mid, ids
+    else:
+      hi = mid - 1
+  return best, len(admissible) - lo
+
+
+def build_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
+                 observation: str, admissible: Sequence[str], *, history_turns: int,
+                 max_tokens: int, min_obs_tokens: int = 48,
+                 fmt: PromptFormat = PLAIN) -> EncodedPrompt:
+  """Token ids of the prompt, at most `max_tokens` long, and how many actions it dropped.
+
+  The budget goes first to the task line (at most a quarter), then to the admissible
+  actions with the "Actions:" header and the "Action:" cue (at most half): when the list
+  does not fit, whole actions are dropped from its end (the adapters list them sorted)
+  and the header, the cue and every kept action stay intact; then to the last
+  `history_turns` turns, newest first, as long as the current observation keeps
+  `min_obs_tokens`; the observation takes the rest and, if longer, loses its middle (its
+  start says where the agent is, its end often lists exits and objects). A dropped action
+  can still be written: the environment parses any text.
   """
   max_tokens -= len(fmt.prefix_ids) + len(fmt.suffix_ids)
   history = list(history)[-history_turns:] if history_turns > 0 else []
-  header, turns, obs, tail = prompt_parts(task, history, observation, admissible)
+  header, turns, obs, _ = prompt_parts(task, history, observation, admissible)
   head_ids = tok.encode(header)[: max_tokens // 4]
-  tail_ids = tok.encode(tail)
-  tail_ids = tail_ids[-(max_tokens // 2):]
+  tail_ids, dropped = _fit_actions(tok, admissible, max_tokens // 2)
   room = max_tokens - len(head_ids) - len(tail_ids)
   obs_ids = tok.encode(obs)
   turn_ids: list[int] = []
@@ -142,12 +188,33 @@ def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
       break
     turn_ids = ids + turn_ids
   obs_ids = _middle_cut(obs_ids, room - len(turn_ids), tok.encode(" ... "))
-  return list(fmt.prefix_ids) + head_ids + turn_ids + obs_ids + tail_ids + list(fmt.suffix_ids)
+  ids = list(fmt.prefix_ids) + head_ids + turn_ids + obs_ids + tail_ids + list(fmt.suffix_ids)
+  return EncodedPrompt(ids, dropped)
+
+
+def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
+                  observation: str, admissible: Sequence[str], *, history_turns: int,
+                  max_tokens: int, min_obs_tokens: int = 48,
+                  fmt: PromptFormat = PLAIN) -> list[int]:
+  """The ids of `build_prompt` (the budget rules are there)."""
+  return build_prompt(tok, task, history, observation, admissible,
+                      history_turns=history_turns, max_tokens=max_tokens,
+                      min_obs_tokens=min_obs_tokens, fmt=fmt).ids
 
 
 def anchor_id(anchor: str) -> int:
-  """A stable 31-bit id of an anchor observation (equal text, equal id)."""
+  """A stable 31-bit id of an anchor's text (equal text, equal id)."""
   return zlib.crc32(anchor.strip().encode()) & 0x7FFFFFFF
+
+
+def step_anchor(kind: str, observation: str, info) -> str:
+  """The text GiGPO groups a step by: the environment's state anchor, or ("faithful",
+  as verl-agent) the observation the agent saw."""
+  if kind == "state":
+    return info.anchor
+  if kind == "faithful":
+    return observation
+  raise ValueError(f"rollout.anchor must be 'state' or 'faithful', got {kind!r}")
 
 
 def action_text(tok: Tokenizer, action_ids: Sequence[int]) -> str:
@@ -196,11 +263,12 @@ def _run_wave(pool, policy: PolicyFn, tok: Tokenizer, tasks: list[tuple[str, int
     if not idx:
       break
     prompts = [[tok.eos_id] for _ in range(pool.num_envs)]
+    dropped = [0] * pool.num_envs
     for i in idx:
-      prompts[i] = encode_prompt(tok, infos[i].task, history[i], obs[i],
-                                 infos[i].admissible_actions,
-                                 history_turns=cfg.history_turns,
-                                 max_tokens=cfg.max_prompt_tokens, fmt=fmt)
+      enc = build_prompt(tok, infos[i].task, history[i], obs[i], infos[i].admissible_actions,
+                         history_turns=cfg.history_turns, max_tokens=cfg.max_prompt_tokens,
+                         fmt=fmt)
+      prompts[i], dropped[i] = enc.ids, enc.actions_dropped
     action_ids, action_logps = policy(prompts, rng)
     actions = [action_text(tok, action_ids[i]) for i in idx]
     stepped = pool.step(idx, actions)
@@ -208,8 +276,10 @@ def _run_wave(pool, policy: PolicyFn, tok: Tokenizer, tasks: list[tuple[str, int
       trajs[i].steps.append(Step(
           prompt_ids=prompts[i], action_ids=list(action_ids[i]),
           action_logps=list(action_logps[i]), action=a, observation=obs[i],
-          reward=float(r.reward), anchor_id=anchor_id(infos[i].anchor),
-          valid=r.info.action_valid, oracle_label=r.info.oracle_label))
+          reward=float(r.reward),
+          anchor_id=anchor_id(step_anchor(cfg.anchor, obs[i], infos[i])),
+          valid=r.info.action_valid, oracle_label=r.info.oracle_label,
+          actions_dropped=dropped[i]))
       history[i].append((a, r.observation))
       obs[i], infos[i] = r.observation, r.info
       if r.done:

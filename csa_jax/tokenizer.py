@@ -5,6 +5,14 @@ Byte-level BPE (as in GPT-2) round-trips any text exactly, so an action the poli
 writes decodes to the same string the environment receives, and words never seen in
 training still encode (as bytes) on held-out tasks.
 
+Special tokens. `encode` reads its text as text: the spelling of a special token
+("<eos>", "<|im_end|>") in an observation encodes as ordinary bytes, never as the
+control token, so `decode(encode(text)) == text` for any text and environment text cannot
+end a turn or open a new one. Only text a chat template rendered, whose special
+spellings are the template's own markup, is encoded with them matched
+(`encode(text, specials=True)`, as `apply_chat_template` and transformers do). `decode`
+drops special tokens (the end-of-action token the policy writes).
+
 `Tokenizer.from_hf_dir` reads a Hugging Face tokenizer directory (tokenizer.json +
 tokenizer_config.json, as shipped with Llama 3.x and Qwen2.5) and renders its Jinja
 chat template the way transformers' `apply_chat_template` does: a sandboxed Jinja
@@ -39,6 +47,9 @@ class Tokenizer:
                special_tokens: Mapping[str, Any] | None = None):
     """special_tokens: template variables (bos_token, eos_token, ...) as strings."""
     self.tok = tok
+    # A copy that encodes special-token spellings as plain text (see the module docstring).
+    self._text_tok = tokenizers.Tokenizer.from_str(tok.to_str())
+    self._text_tok.encode_special_tokens = True
     pad_id, eos_id = tok.token_to_id(pad_token), tok.token_to_id(eos_token)
     if pad_id is None or eos_id is None:
       raise ValueError(f"tokenizer has no {pad_token!r} or {eos_token!r} token")
@@ -50,11 +61,15 @@ class Tokenizer:
   def vocab_size(self) -> int:
     return self.tok.get_vocab_size()
 
-  def encode(self, text: str) -> list[int]:
-    return self.tok.encode(text, add_special_tokens=False).ids
+  def encode(self, text: str, *, specials: bool = False) -> list[int]:
+    """Ids of `text`; special-token spellings become their tokens only with `specials`
+    (for chat-template markup), else they are plain text."""
+    tok = self.tok if specials else self._text_tok
+    return tok.encode(text, add_special_tokens=False).ids
 
   def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-    return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+    """`encode` of each text (plain text: special spellings are not matched)."""
+    return [e.ids for e in self._text_tok.encode_batch(list(texts), add_special_tokens=False)]
 
   def decode(self, ids: Iterable[int]) -> str:
     return self.tok.decode(list(ids), skip_special_tokens=True)
@@ -135,9 +150,14 @@ class Tokenizer:
                           add_generation_prompt: bool = True,
                           tools: Sequence[Mapping[str, Any]] | None = None,
                           **template_kwargs) -> list[int]:
-    """Token ids of the rendered chat (no special tokens added beyond the template's)."""
+    """Token ids of the rendered chat (no special tokens added beyond the template's).
+
+    As transformers, the whole rendered text is encoded with special spellings matched,
+    message contents included; prompts built by `rollout.PromptFormat.chat` match them in
+    the template's markup only.
+    """
     return self.encode(self.render_chat(messages, add_generation_prompt=add_generation_prompt,
-                                        tools=tools, **template_kwargs))
+                                        tools=tools, **template_kwargs), specials=True)
 
 
 def _token_text(value: Any, key: str, source: str) -> str | None:

@@ -78,12 +78,15 @@ def make_sft_step(graphdef, tx) -> Callable[[TrainState, Batch], tuple[TrainStat
   return jax.jit(step, donate_argnums=0)
 
 
-def make_rl_step(graphdef, tx, algo: AlgoConfig, sampling_cfg: SamplingConfig):
-  """The clipped policy-gradient step; `ref_params` is used only when algo.kl_coef > 0.
+def make_rl_loss(graphdef, algo: AlgoConfig, sampling_cfg: SamplingConfig):
+  """(params, batch, ref_params) -> (loss, metrics): what the RL step differentiates.
 
   The ratio's numerator is the log-prob under the same distribution the rollout sampled
   from (temperature, top-k, top-p of `sampling_cfg`), as the sampler recorded its
-  denominator, so a fresh policy has ratio exactly 1.
+  denominator, so a fresh policy has ratio exactly 1. The KL term compares the policy
+  and the reference under that same distribution (as verl does, both logits over the
+  temperature), so a policy equal to its reference has KL 0 at any temperature.
+  `ref_params` is used only when algo.kl_coef > 0.
   """
 
   def loss_fn(params, batch, ref_params):
@@ -99,12 +102,19 @@ def make_rl_step(graphdef, tx, algo: AlgoConfig, sampling_cfg: SamplingConfig):
     if algo.entropy_coef:
       loss = loss - algo.entropy_coef * metrics["entropy"]
     if algo.kl_coef:
-      ref_logp = jax.lax.stop_gradient(
-          token_logprobs(_logits(graphdef, ref_params, batch), batch["targets"]))
+      ref_logp = jax.lax.stop_gradient(sampling_logprobs(
+          _logits(graphdef, ref_params, batch), batch["targets"], sampling_cfg))
       kl = losses.kl_penalty(logp_NxA, ref_logp, mask, kind=algo.kl_kind, agg=algo.loss_agg)
       loss = loss + algo.kl_coef * kl
       metrics["kl_ref"] = kl
     return loss, metrics
+
+  return loss_fn
+
+
+def make_rl_step(graphdef, tx, algo: AlgoConfig, sampling_cfg: SamplingConfig):
+  """The clipped policy-gradient step over `make_rl_loss`."""
+  loss_fn = make_rl_loss(graphdef, algo, sampling_cfg)
 
   def step(state: TrainState, batch: Batch, ref_params=None):
     grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch, ref_params)

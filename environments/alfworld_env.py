@@ -22,6 +22,13 @@ returns, which need not be shortest. The label is None where the planner finds n
 unknown) and after reset. States that differ only in `checked` facts (set by look/examine, read by nothing) share d; after a step
 that follows the plan, d(s') is the rest of that plan (no new search).
 
+Anchor (GiGPO's state): the engine's own state, the PDDL facts without `checked` (the state
+key the planner memo uses), as "pddl:" and a SHA-1 of the sorted facts, so that it is the
+same in every process. Two steps share an anchor exactly when the agent's location, what it
+holds and every object's place and condition are the same. Not the observation: "Nothing
+happens." answers every invalid action in every room and "inventory" answers alike in every
+room, so observation text would merge distinct states into one GiGPO step group (`rollout.anchor="faithful"` keeps that, as verl-agent does).
+
 Speed (benchmarks/alfworld_speed.py, 2 shared CPU cores): about 34 random steps/s without
 labels, 2 with labels (each step that leaves the plan is a blind planner search, 0.1-25 s in
 large kitchens), 70 expert steps/s (the plan is reused). Use `oracle_labels=False` where labels
@@ -34,6 +41,7 @@ CLI: `python -m environments.alfworld_env --generate 100 --split train` pre-fill
 from __future__ import annotations
 
 import argparse
+import hashlib
 import statistics
 import sys
 import time
@@ -43,6 +51,11 @@ from environments.base import StepInfo, StepResult, TextEnv
 from environments.registry import register_env
 
 _UNKNOWN = object()  # plan not computed for this state
+
+
+def state_anchor(key: frozenset[str]) -> str:
+  """A stable text id of an engine state key (the same in every process and run)."""
+  return "pddl:" + hashlib.sha1("\n".join(sorted(key)).encode()).hexdigest()
 
 
 class AlfworldEnv(TextEnv):
@@ -176,7 +189,7 @@ class AlfworldEnv(TextEnv):
     info = StepInfo(
         task=self._task,
         admissible_actions=tuple(sorted(self._engine.admissible)),
-        anchor=obs,
+        anchor=state_anchor(self._key),
         won=won,
         action_valid=action_valid,
         oracle_label=label,

@@ -3,8 +3,8 @@
 Every environment the trainer can use implements `TextEnv`: reset to a task by split and
 index, then step with the action text the policy wrote. Both return a `StepResult`, whose
 `StepInfo` carries what the trainer and the metrics need besides the observation: the task
-description, the admissible actions, the anchor observation (current state without
-history, for GiGPO's step groups), whether the task is won, whether the action was valid,
+description, the admissible actions, the anchor (what identifies the current state,
+without history, for GiGPO's step groups), whether the task is won, whether the action was valid,
 and an oracle step label where the environment can compute one soundly.
 """
 
@@ -21,8 +21,10 @@ class StepInfo:
 
   task: str
   admissible_actions: tuple[str, ...]
-  # The current observation with no history; equal anchors within a task group are the
-  # "same state" for GiGPO.
+  # What identifies the current state, without history: equal anchors within a task group
+  # are the "same state" for GiGPO's step groups. Each adapter documents its choice; it is
+  # not the observation text, which can read the same in different states ("Nothing
+  # happens."). `rollout.anchor="faithful"` uses the observation instead (verl-agent).
   anchor: str
   won: bool = False
   # False when the engine rejected or did not understand the action.

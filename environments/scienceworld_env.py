@@ -39,6 +39,9 @@ StepInfo fields:
     score, without history: two states with the same anchor look the same to the agent and
     have the same progress. Limits: objects outside the room and hidden internal state
     (temperatures not shown, time left for a plant to grow, what is focused) are not in it.
+    Not the observation: "No known action matches that input." or an inventory listing read
+    the same in every room (`rollout.anchor="faithful"` keys on the observation instead,
+    as verl-agent's GiGPO does).
   * won: the engine reports the task completed with score 100.
   * action_valid: False when the engine printed "No known action matches that input." or
     "Unknown action." (the latter consumes a move in the engine).

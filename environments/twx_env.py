@@ -6,8 +6,14 @@ starts in about 0.1 s. Task `index` of a split is the index-th of the engine's v
 for that fold (sorted), so `reset(split, index)` is deterministic.
 
 What the adapter reports (see `StepInfo`):
-  observation / anchor: the engine's observation text for this step, unchanged (the
-    anchor has no history because the engine's observation has none).
+  observation: the engine's observation text for this step, unchanged.
+  anchor (GiGPO's state, see `state_anchor`): the room description (the engine's `look`),
+    the inventory and the score, without history. Not the observation: the engine answers
+    an invalid action with "Unknown action: ..." and "inventory" with the inventory in
+    every room, so observation text would put steps in different rooms into one GiGPO step
+    group (`rollout.anchor="faithful"` keeps that, as verl-agent does). Hidden state that
+    neither the room, the inventory nor the score shows (e.g. whether cookingworld's
+    cookbook was read) is not in it.
   task: the engine's task description.
   admissible_actions: the engine's validActions, sorted.
   reward: increase of the engine's normalised score (can be negative, e.g. in twc when an
@@ -93,6 +99,15 @@ _UNKNOWN_ACTION = "Unknown action"
 # Start JVMs one at a time: py4j's launch reads the port from the child's stdout, and
 # many concurrent launches on a small machine only contend.
 _LAUNCH_LOCK = threading.Lock()
+
+
+def state_anchor(infos: dict) -> str:
+  """The state the agent is in, for GiGPO's step groups: room, inventory and score.
+
+  simonsays has no room (its `look` is empty): its state is how many instructions were
+  obeyed, which the score counts.
+  """
+  return f"{infos.get('look', '')}\n{infos.get('inventory', '')}\nscore: {float(infos['score'])}"
 
 
 def progress_label(score_before: float, score_after: float, failed: bool) -> float:
@@ -261,7 +276,7 @@ class TwxEnv(TextEnv):
     return StepInfo(
         task=self._task,
         admissible_actions=tuple(sorted(infos["validActions"])),
-        anchor=obs,
+        anchor=state_anchor(infos),
         won=won,
         action_valid=valid,
         oracle_label=label,

@@ -117,8 +117,8 @@ def test_episode_matches_reference(jit_mode, std_normalize, ddof):
 def test_grpo_binary_rewards_known_values():
   # 2 successes out of 4: mean 0.5, unbiased std sqrt(1/3).
   got = adv_lib.episode_advantages(np.array([[1.0, 0.0, 0.0, 1.0]]), eps=0.0)
-  np.testing.assert_allclose(got, [[0.866025, -0.866025, -0.866025, 0.866025]],
-                             atol=1e-5)
+  # 0.5 / sqrt(1/3) = sqrt(3) / 2, to float32 rounding (a few ulps).
+  np.testing.assert_allclose(got, np.sqrt(3) / 2 * np.array([[1, -1, -1, 1]]), rtol=1e-6)
 
 
 def test_rloo_matches_leave_one_out(jit_mode):
@@ -291,7 +291,11 @@ def test_sum_claim_holds_exactly_over_the_group():
   a_e, _ = adv_lib.csa_components(rewards, logp, mask)
   a = np.asarray(adv_lib.csa_advantages(rewards, logp, mask, lam=0.5), np.float64)
   lengths = mask.sum(-1)
-  np.testing.assert_allclose(a.sum((1, 2)), (lengths * np.asarray(a_e)).sum(1), atol=1e-3)
+  # Summed in float64, the identity is exact but for each float32 entry's rounding: allow
+  # one float32 ulp of the largest |A| per summed entry (measured: 2% of that, 7e-7).
+  atol = mask.sum((1, 2)).max() * np.finfo(np.float32).eps * np.abs(a).max()
+  np.testing.assert_allclose(a.sum((1, 2)), (lengths * np.asarray(a_e, np.float64)).sum(1),
+                             rtol=0, atol=atol)
 
 
 def _sum_claim(logp, rewards, lam=0.5):
@@ -480,9 +484,13 @@ def test_gigpo_hand_example():
   state_id = np.array([[[7, 1], [3, 7]]], np.int32)
   step_rewards = np.array([[[0.0, 1.0], [0.0, 0.0]]])
   a_e, a_s, size = adv_lib.gigpo_components(step_rewards, mask, state_id, gamma=0.5)
-  # Episode returns 1, 0 -> A_E = +-1/sqrt(2). State 7: returns 0.5 (i=0, t=0) and 0.
-  np.testing.assert_allclose(a_e, [[0.70710, -0.70710]], atol=1e-4)
-  np.testing.assert_allclose(a_s, [[[0.70710, 0.0], [0.0, -0.70710]]], atol=1e-4)
+  # Episode returns 1, 0 -> A_E = +-0.5 / (std + eps), std = sqrt(1/2) (ddof 1). State 7:
+  # returns 0.5 (i=0, t=0) and 0 -> +-0.25 / (sqrt(1/8) + eps). Exact up to float32
+  # rounding, eps (1e-6) included: a 1e-4 tolerance would not see it.
+  eps = 1e-6
+  e, s7 = 0.5 / (np.sqrt(0.5) + eps), 0.25 / (np.sqrt(0.125) + eps)
+  np.testing.assert_allclose(a_e, [[e, -e]], rtol=1e-6)
+  np.testing.assert_allclose(a_s, [[[s7, 0.0], [0.0, -s7]]], rtol=1e-6, atol=0)
   np.testing.assert_array_equal(size, [[[2, 1], [1, 2]]])
 
 

@@ -15,14 +15,15 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("alfworld")
-
-from environments import make_env  # noqa: E402
-from environments import alfworld_gen as gen  # noqa: E402
+from environments import make_env
+from environments import alfworld_gen as gen
 
 SPLITS = ("train", "eval_seen", "eval_unseen")
-# One task per split, four task types: simple, look_at_obj_in_light, clean, heat.
-SAMPLE = (("train", 0), ("train", 1), ("eval_seen", 2), ("eval_unseen", 3))
+# Every split, and each of the six task types once (index % 6): simple and
+# look_at_obj_in_light on train, clean on eval_seen, heat on eval_unseen, cool and pick_two
+# on train. test_all_six_task_types_expert_wins (slow) plays all six on every split.
+SAMPLE = (("train", 0), ("train", 1), ("eval_seen", 2), ("eval_unseen", 3), ("train", 4),
+          ("train", 5))
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,8 @@ def test_expert_wins_with_unit_labels(env, split, index):
   assert info.extra["source"] == "generated" and info.extra["task_type"] == gen.TASK_TYPES[index % 6]
   assert results[0].observation.endswith(f"Your task is to: {info.task}.")
   assert list(info.admissible_actions) == sorted(info.admissible_actions)
-  assert info.anchor == results[0].observation
+  # Every expert step changes the state, so every state anchor along the plan is new.
+  assert len({r.info.anchor for r in results}) == len(results)
   scene = env.tasks.traj_data(split, index)["scene"]["scene_num"]
   assert scene in gen.split_floorplans(split)
 
@@ -97,6 +99,20 @@ def test_invalid_actions_are_reported_not_raised(env):
   # The engine strips whitespace before matching, so this one is valid.
   r = env.step("  look  ")
   assert r.info.action_valid and r.observation != "Nothing happens." and r.info.oracle_label == 0.0
+
+
+def test_state_anchor_tells_locations_apart(env):
+  """GiGPO's anchor is the engine state, not the text: "Nothing happens." and the
+  inventory read alike wherever the agent is."""
+  r0 = env.reset("train", 0)
+  here = [r0] + [env.step(a) for a in ("dance", "inventory", "look")]
+  go = next(a for a in r0.info.admissible_actions if a.startswith("go to "))
+  there = [env.step(go)] + [env.step(a) for a in ("dance", "inventory")]
+  assert here[1].observation == there[1].observation == "Nothing happens."
+  assert here[2].observation == there[2].observation
+  assert len({r.info.anchor for r in here}) == 1 and len({r.info.anchor for r in there}) == 1
+  assert here[0].info.anchor != there[0].info.anchor
+  assert r0.info.anchor == env.reset("train", 0).info.anchor  # a reset is the same state
 
 
 def test_step_limit_and_step_after_done(cache_dir):

@@ -36,6 +36,7 @@ def test_overrides_parse_to_declared_types(cfg):
     ("rollout.group_size", "key=value"),
     ("rollout.group_size=1", "group_size must be >= 2"),
     ("algo.loss_agg=sum", "loss_agg"),
+    ("rollout.anchor=observation", "rollout.anchor must be 'state' or 'faithful'"),
 ])
 def test_bad_overrides_say_what_is_wrong(cfg, pair, needle):
   with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(".", r"\.")):

@@ -44,17 +44,19 @@ def test_credit_accuracy_nan_without_labels_or_spread():
                   ["credit/spearman"])
 
 
-def _traj(n, won, invalid=0, error=None):
-  steps = [Step([1], [2], [0.0], "a", "o", 0.0, 0, valid=i >= invalid, oracle_label=None)
-           for i in range(n)]
+def _traj(n, won, invalid=0, error=None, dropped=0):
+  steps = [Step([1], [2], [0.0], "a", "o", 0.0, 0, valid=i >= invalid, oracle_label=None,
+                actions_dropped=dropped * (i == 0)) for i in range(n)]
   return Trajectory(("test", 0), steps, won=won, error=error)
 
 
 def test_episode_metrics():
-  m = M.episode_metrics([_traj(2, True), _traj(4, False, invalid=1, error="boom")], "eval")
+  m = M.episode_metrics([_traj(2, True), _traj(4, False, invalid=1, error="boom", dropped=9)],
+                        "eval")
   assert m["eval/success"] == 0.5 and m["eval/episode_len"] == 3.0
   assert m["eval/env_steps"] == 6 and m["eval/invalid_action_frac"] == pytest.approx(1 / 6)
   assert m["eval/errors"] == 1
+  assert m["eval/actions_dropped"] == pytest.approx(9 / 6)  # per step
 
 
 def test_writer_and_plot(tmp_path):

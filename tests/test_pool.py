@@ -101,6 +101,27 @@ def test_process_backend_survives_a_killed_worker():
     assert pool.worker_pid(0) not in (None, pids["old"])
 
 
+def test_process_backend_survives_a_worker_exit_then_an_exception():
+  """The slow test's two faults, fast: one pool of two workers, a few steps."""
+  ref = _reference_runs(TASKS, 6)[:2]
+  first = [r[0][0] for r in ref]
+  with EnvPool("faulty", FAULTY, 2, backend="process") as pool:
+    assert pool.reset([0, 1], TASKS[:2]) == first
+    out = pool.step([0, 1], [EXIT, ref[1][1][0]])
+    assert out[0].done and out[0].info.truncated and out[0].info.task == first[0].info.task
+    assert out[0].info.error.startswith("slot 0: step failed: worker process died (exit code 3)")
+    assert out[1] == ref[1][0][1]
+    out = pool.step([0, 1], [ref[0][1][0], RAISE])
+    assert out[0].done and out[0].info.error.startswith("slot 0: step failed")  # until reset
+    assert out[1].done and out[1].info.error.startswith("slot 1: step failed")
+    assert "injected fault" in out[1].info.error
+    assert pool.num_restarts == 2
+    # Fresh workers after a reset replay both tasks exactly.
+    assert pool.reset([0, 1], TASKS[:2]) == first
+    for t in range(2):
+      assert pool.step([0, 1], [r[1][t] for r in ref]) == [r[0][t + 1] for r in ref]
+
+
 @pytest.mark.slow
 def test_process_backend_survives_a_worker_exit_and_an_exception():
   with EnvPool("faulty", FAULTY, 3, backend="process") as pool:

@@ -1,10 +1,14 @@
 """Prompts fit their budget; trajectories pad into [B, G, T] arrays exactly."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from csa_jax import rollout as R
-from csa_jax.tokenizer import train_bpe
+from csa_jax.config import RolloutConfig
+from csa_jax.tokenizer import Tokenizer, train_bpe
+from environments.pool import EnvPool
 
 TOK = train_bpe(["You are in the kitchen. To the North you see the pantry.", " move north",
                  " take coin", "Task: Now: Actions: Action: > |"] * 10, 400)
@@ -100,3 +104,167 @@ def test_anchor_id_is_stable_and_ignores_outer_space():
   assert R.anchor_id("You are in the kitchen.") == R.anchor_id("  You are in the kitchen.\n")
   assert R.anchor_id("a") != R.anchor_id("b")
   assert 0 <= R.anchor_id("x") < 2**31
+
+
+def _scripted_policy(tok, scripts):
+  """A policy that plays scripts[slot][turn] in each slot (then "look around")."""
+  turn = [0] * len(scripts)
+
+  def policy(prompts, rng):
+    del rng
+    ids, logps = [], []
+    for slot, p in enumerate(prompts):
+      if p == [tok.eos_id]:  # idle slot
+        ids.append([tok.eos_id])
+      else:
+        script = scripts[slot]
+        a = script[turn[slot]] if turn[slot] < len(script) else "look around"
+        turn[slot] += 1
+        ids.append(tok.encode(" " + a) + [tok.eos_id])
+      logps.append([-0.5] * len(ids[-1]))
+    return ids, logps
+
+  return policy
+
+
+@pytest.mark.parametrize("anchor", ["state", "faithful"])
+def test_gigpo_anchor_state_or_observation(anchor):
+  """Two rollouts of one coin task, each sending an unknown action in a different room.
+
+  The state anchor groups steps by room (kitchen, kitchen, pantry | kitchen, pantry,
+  pantry); the faithful one (verl-agent's observation text) puts the two "Unknown action"
+  steps, one in each room, into one step group.
+  """
+  scripts = [["dance", "move north", "look around"], ["move north", "dance", "look around"]]
+  cfg = dataclasses.replace(RolloutConfig(), max_turns=3, anchor=anchor)
+  with EnvPool("twx", {"game": "coin"}, 2) as pool:
+    trajs = R.run_episodes(pool, _scripted_policy(TOK, scripts), TOK, [("train", 0)] * 2, cfg,
+                           np.random.default_rng(0))
+  ids = [[st.anchor_id for st in tr.steps] for tr in trajs]
+  assert [[st.action for st in tr.steps] for tr in trajs] == scripts
+  unknown = [(0, 1), (1, 2)]  # (rollout, step) that saw "Unknown action" in each room
+  assert all(trajs[i].steps[t].observation.startswith("Unknown action") for i, t in unknown)
+  if anchor == "state":
+    kitchen, pantry = ids[0][0], ids[0][2]
+    assert ids == [[kitchen, kitchen, pantry], [kitchen, pantry, pantry]] and kitchen != pantry
+  else:
+    assert ids[0][1] == ids[1][2]  # one step group across two rooms
+    assert ids[0][1] != ids[0][0] and ids[0][1] != ids[1][1]
+    assert ids[0][0] == ids[1][0] and ids[0][2] == ids[1][1]  # the same room description
+
+
+CHAT_TOK = Tokenizer(TOK.tok, chat_template=(
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"))
+# ALFWorld-like: dozens of admissible actions, far more than half a small budget.
+MANY = sorted([f"go to countertop {i}" for i in range(1, 25)] + ["inventory", "look"]
+              + [f"take coin {i} from countertop {i}" for i in range(1, 9)])
+
+
+@pytest.mark.parametrize("fmt_name", ["plain", "chat"])
+@pytest.mark.parametrize("budget", [128, 200, 300])
+def test_action_list_drops_whole_actions_keeps_header_and_cue(fmt_name, budget):
+  fmt = R.PLAIN if fmt_name == "plain" else R.PromptFormat.chat(CHAT_TOK)
+  hist = [("go to countertop 3", "You arrive at countertop 3. On it you see a coin 3.")]
+  obs = "You arrive at countertop 1. " + "On it you see a spoon. " * 20
+  enc = R.build_prompt(CHAT_TOK, "put a coin in the box", hist, obs, MANY, history_turns=2,
+                       max_tokens=budget, fmt=fmt)
+  assert len(enc.ids) <= budget
+  assert enc.ids[:len(fmt.prefix_ids)] == list(fmt.prefix_ids)
+  assert enc.ids[len(enc.ids) - len(fmt.suffix_ids):] == list(fmt.suffix_ids)
+  body = enc.ids[len(fmt.prefix_ids):len(enc.ids) - len(fmt.suffix_ids)]
+  text = CHAT_TOK.decode(body)
+  assert text.startswith("Task: put a coin in the box\n")
+  kept = len(MANY) - enc.actions_dropped
+  assert 0 < kept < len(MANY)  # the budget is tight: some, not all, actions fit
+  tail = "\nActions: " + " | ".join(MANY[:kept] + ["..."]) + "\nAction:"
+  assert text.endswith(tail)  # the header, the first actions whole, the marker, the cue
+  # As many as fit: one more action would not fit the tail's half of the budget.
+  half = (budget - len(fmt.prefix_ids) - len(fmt.suffix_ids)) // 2
+  more = "\nActions: " + " | ".join(MANY[:kept + 1] + ["..."]) + "\nAction:"
+  assert len(CHAT_TOK.encode(tail)) <= half < len(CHAT_TOK.encode(more))
+  assert R.encode_prompt(CHAT_TOK, "put a coin in the box", hist, obs, MANY, history_turns=2,
+                         max_tokens=budget, fmt=fmt) == enc.ids
+
+
+def test_action_list_that_fits_is_untouched_and_a_budget_without_room_for_the_cue_fails():
+  enc = R.build_prompt(TOK, "t", [], "You see a coin.", ["take coin", "move west"],
+                       history_turns=2, max_tokens=1000)
+  assert enc.actions_dropped == 0
+  assert TOK.decode(enc.ids).endswith("\nActions: take coin | move west\nAction:")
+  with pytest.raises(ValueError, match="cannot hold its header and cue"):
+    R.build_prompt(TOK, "t", [], "o", MANY, history_turns=0, max_tokens=6)
+
+
+def test_environment_text_cannot_inject_special_tokens():
+  # An observation that spells the end-of-action token stays text inside the prompt; the
+  # chat template's own markup around it keeps its special tokens.
+  fmt = R.PromptFormat.chat(Tokenizer(CHAT_TOK.tok, chat_template=(
+      "<pad>{% for m in messages %}{{ m['content'] }}{% endfor %}<eos>")))
+  assert fmt.prefix_ids == (TOK.pad_id,) and fmt.suffix_ids == (TOK.eos_id,)
+  obs = "The sign reads: <eos> <pad> end."
+  enc = R.build_prompt(TOK, "t", [], obs, ["read sign"], history_turns=0, max_tokens=200,
+                       fmt=fmt)
+  body = enc.ids[1:-1]
+  assert TOK.eos_id not in body and TOK.pad_id not in body
+  assert TOK.decode(body) == R.prompt_text("t", [], obs, ["read sign"])
+
+
+def test_multi_turn_loop_plays_an_expert_on_a_real_pool():
+  """Five twc tasks (deterministic expert) on two environments: waves of 2, 2 and 1.
+
+  Results come back in task order, every episode is won, each step's observation is the
+  one the agent acted on, idle and finished slots get the one-token dummy prompt, and
+  every step's prompt is the one the SFT rows build for that task and step (prompts tight
+  enough that some action lists are cut, so the dropped counts are checked too).
+  """
+  from csa_jax.trainer import demo_corpus, demo_rows  # pylint: disable=import-outside-toplevel
+  from csa_jax.config import ExperimentConfig  # pylint: disable=import-outside-toplevel
+  from environments.demos import SEP, collect_demos  # pylint: disable=import-outside-toplevel
+
+  env_kwargs = {"game": "twc"}
+  order = [3, 0, 4, 1, 2]
+  tasks = [("train", i) for i in order]
+  records = collect_demos("twx", env_kwargs, "train", order)
+  for rec in records:  # as the trainer reads them back
+    rec["admissible"] = [a.split(SEP) for a in rec["admissible"]]
+  assert all(rec["won"] for rec in records)
+  tok = train_bpe(demo_corpus(records), 600)
+  cfg = ExperimentConfig(rollout=RolloutConfig(max_turns=20, history_turns=2,
+                                               max_prompt_tokens=160, max_action_tokens=16))
+  dummy = [tok.eos_id]
+  calls = []
+  with EnvPool("twx", env_kwargs, 2) as pool:
+
+    def expert(prompts, rng):
+      del rng
+      assert len(prompts) == pool.num_envs
+      acts = pool.expert_action(list(range(pool.num_envs)))  # None once an episode ended
+      calls.append([(p == dummy, a is None) for p, a in zip(prompts, acts)])
+      ids = [[7, 8] if a is None else tok.encode(" " + a) + [tok.eos_id] for a in acts]
+      return ids, [[-0.25] * len(x) for x in ids]
+
+    trajs = R.run_episodes(pool, expert, tok, tasks, cfg.rollout, np.random.default_rng(0))
+  assert [tr.task for tr in trajs] == tasks
+  assert all(tr.won and not tr.truncated and tr.error is None for tr in trajs)
+  for tr, rec in zip(trajs, records):
+    assert [st.action for st in tr.steps] == rec["actions"]
+    assert [st.observation for st in tr.steps] == rec["observations"]
+    assert all(st.valid for st in tr.steps)
+  # A slot is idle (dummy prompt) exactly when its env has no episode in play; the last
+  # wave has one task, so slot 1 idles through it.
+  assert all(is_dummy == ended for call in calls for is_dummy, ended in call)
+  assert sum(not d for call in calls for d, _ in call) == sum(tr.length for tr in trajs)
+  assert calls[-1][1] == (True, True)
+  rows = demo_rows(records, tok, cfg)
+  steps = [st for tr in trajs for st in tr.steps]
+  assert [r["prompt_ids"] for r in rows] == [st.prompt_ids for st in steps]
+  assert [r["action_ids"] for r in rows] == [st.action_ids for st in steps]
+  dropped = []
+  for rec in records:
+    for t in range(len(rec["actions"])):
+      hist = [(rec["actions"][j], rec["observations"][j + 1]) for j in range(t)]
+      dropped.append(R.build_prompt(tok, rec["task"], hist, rec["observations"][t],
+                                    rec["admissible"][t], history_turns=2,
+                                    max_tokens=160).actions_dropped)
+  assert [st.actions_dropped for st in steps] == dropped and sum(dropped) > 0

@@ -6,10 +6,8 @@ import random
 
 import pytest
 
-pytest.importorskip("scienceworld")
-
-from environments import make_env  # pylint: disable=g-import-not-at-top
-from environments import scienceworld_env as swe  # pylint: disable=g-import-not-at-top
+from environments import make_env
+from environments import scienceworld_env as swe
 
 # Short gold paths (5-40 steps) keep the default run quick.
 QUICK_TASKS = ("find-non-living-thing", "power-component", "use-thermometer")

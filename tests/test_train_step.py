@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 
 from csa_jax import data as D
+from csa_jax import sampling
 from csa_jax import train_step as ts
 from csa_jax.config import AlgoConfig
 from csa_jax.model import Decoder, ModelConfig, token_logprobs
@@ -16,6 +17,11 @@ from csa_jax.sampling import SamplingConfig
 
 CFG = ModelConfig.tiny(vocab_size=64, max_seq_len=32, hidden_size=32, intermediate_size=64,
                        head_dim=8)
+
+
+# Gradients of two float32 computations of the same function (different forward passes):
+# they agree to a few ulps of the largest entries, not to 1e-3.
+RTOL_GRAD, ATOL_GRAD = 1e-5, 1e-7
 
 
 def _batch(rng, n=4, L=12, adv=None):
@@ -76,17 +82,24 @@ def test_rl_first_step_is_the_policy_gradient(agg):
     return jnp.mean(per_tok.sum(1) / jnp.maximum(m.sum(1), 1))
 
   want = jax.grad(reference_loss)(params)
-  lr = 0.1
-  tx = optax.sgd(lr)
   algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28)
-  step = ts.make_rl_step(graphdef, tx, algo, SamplingConfig(max_new_tokens=4))
-  before = jax.tree.map(np.asarray, params)
-  state, m = step(ts.init_state(params, tx), batch)
+  scfg = SamplingConfig(max_new_tokens=4)
+  # The gradient itself, not one rebuilt from an update: at ratio 1 the clipped
+  # objective's gradient is -A * grad log pi. The two sides differ only in float32
+  # rounding (the ratio is exp(logp - old_logp) with old_logp from another forward pass).
+  got, m = jax.grad(ts.make_rl_loss(graphdef, algo, scfg), has_aux=True)(params, batch, None)
   assert float(m["clip_frac"]) == 0.0
   assert abs(float(m["approx_kl"])) < 1e-6
-  got = jax.tree.map(lambda b, a: (b - np.asarray(a)) / lr, before, state.params)
   for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-    np.testing.assert_allclose(g, np.asarray(w), rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=RTOL_GRAD, atol=ATOL_GRAD)
+  # The step applies that gradient: SGD moves each parameter by -lr * grad.
+  lr = 0.1
+  tx = optax.sgd(lr)
+  before = jax.tree.map(np.asarray, params)
+  state, sm = ts.make_rl_step(graphdef, tx, algo, scfg)(ts.init_state(params, tx), batch)
+  np.testing.assert_allclose(float(sm["grad_norm"]), float(optax.tree.norm(got)), rtol=1e-6)
+  for b, g, a in zip(jax.tree.leaves(before), jax.tree.leaves(got), jax.tree.leaves(state.params)):
+    np.testing.assert_allclose(np.asarray(a), b - lr * np.asarray(g), rtol=1e-6, atol=1e-7)
 
 
 def test_rl_step_moves_logp_with_the_advantage_sign():
@@ -101,3 +114,73 @@ def test_rl_step_moves_logp_with_the_advantage_sign():
   after = _old_logps(graphdef, state.params, batch)
   delta = (after - batch["old_logp"]).sum(1)
   assert (delta[:2] > 0).all() and (delta[2:] < 0).all()
+
+
+def _sampled_batch(graphdef, params, scfg, n=6, L=16, A=4, seed=3):
+  """Rows built from the sampler's own tokens and log-probs (as the trainer builds them)."""
+  rng = np.random.default_rng(seed)
+  prompts = [rng.integers(2, 64, size=int(rng.integers(3, 9))).tolist() for _ in range(n)]
+  tokens, mask = sampling.left_pad(prompts, 0, bucket=8)
+  out = sampling.sample(nnx.merge(graphdef, params), tokens, mask, rng=jax.random.key(seed),
+                        cfg=scfg, pad_id=0)
+  ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
+                      np.asarray(out.lengths_B))
+  adv = rng.normal(size=n)
+  rows = [{"prompt_ids": p, "action_ids": ids[i, :lens[i]].tolist(),
+           "old_logps": logps[i, :lens[i]].tolist(), "advantage": float(adv[i])}
+          for i, p in enumerate(prompts)]
+  return {k: jnp.asarray(np.stack([D.row_arrays(r, L, A)[k] for r in rows]))
+          for k in D.BATCH_KEYS}
+
+
+def test_rl_ratio_and_kl_under_the_sampling_distribution():
+  """Sampled at temperature 0.7: the step's ratio is exactly 1 and its KL to an equal
+  reference is 0, because both the numerator and the reference take the sampler's
+  distribution (logits / T), not the raw one."""
+  graphdef, params = _model()
+  scfg = SamplingConfig(max_new_tokens=4, temperature=0.7, stop_token_ids=(1,))
+  batch = _sampled_batch(graphdef, params, scfg)
+  assert float(batch["loss_mask"].sum()) >= 12
+  tx = optax.sgd(0.1)
+  step = ts.make_rl_step(graphdef, tx, AlgoConfig(kl_coef=0.1), scfg)
+  ref = jax.tree.map(jnp.copy, params)
+  _, m = step(ts.init_state(params, tx), batch, ref)
+  # The sampler's decode-time log-probs and the step's teacher-forced ones agree to float32
+  # rounding (~1e-6 per token), so k3 = r - 1 - log r is of order 1e-12.
+  assert float(m["approx_kl"]) < 1e-6
+  assert float(m["clip_frac"]) == 0.0
+  assert abs(float(m["ratio_mean"]) - 1.0) < 1e-5
+  # The same params give bitwise equal logits, so the log-ratio is exactly 0.
+  assert float(m["kl_ref"]) == 0.0
+
+
+def _log_softmax64(z):
+  z = np.asarray(z, np.float64)
+  z = z - z.max(-1, keepdims=True)
+  return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def test_kl_to_reference_is_k3_of_tempered_logprobs():
+  """KL to a reference that differs from the policy, against a float64 NumPy reference:
+  k3 of the two log-probs, both under logits / T."""
+  graphdef, params = _model()
+  T = 0.7
+  scfg = SamplingConfig(max_new_tokens=4, temperature=T, stop_token_ids=(1,))
+  batch = _sampled_batch(graphdef, params, scfg)
+  noise = iter(np.random.default_rng(5).normal(size=(len(jax.tree.leaves(params)),)))
+  ref = jax.tree.map(lambda p: p * (1.0 + 0.5 * next(noise)), params)
+  loss_fn = ts.make_rl_loss(graphdef, AlgoConfig(kl_coef=0.1, kl_kind="k3"), scfg)
+  _, m = loss_fn(params, batch, ref)
+
+  def tempered_logp(p):  # full forward over every position, then gather (not act_pos)
+    logits = nnx.merge(graphdef, p)(batch["inputs"], attention_mask_BxT=batch["attn_mask"])
+    z = np.take_along_axis(np.asarray(logits), np.asarray(batch["act_pos"])[..., None], axis=1)
+    lp = _log_softmax64(z / T)
+    return np.take_along_axis(lp, np.asarray(batch["targets"])[..., None], axis=-1)[..., 0]
+
+  x = tempered_logp(ref) - tempered_logp(params)
+  mask = np.asarray(batch["loss_mask"]) > 0
+  want = (np.expm1(x) - x)[mask].mean()
+  assert want > 1e-3  # a reference far enough away that the temperature matters
+  # k3 ~ x^2 / 2: float32 log-probs (error ~1e-6 on |x| ~ 0.1) give it ~2e-5 relative error.
+  np.testing.assert_allclose(float(m["kl_ref"]), want, rtol=1e-4)

@@ -92,10 +92,26 @@ def test_pretrained_checkpoint_with_chat_template(tmp_path):
   summary = trainer.run()
   assert summary["rl"]["eval/episodes"] == 3
   # The prompts were framed by the checkpoint's chat template.
-  assert trainer.fmt.prefix_ids == tuple(tok.encode("<|user|>"))
-  assert trainer.fmt.suffix_ids == tuple(tok.encode("<eos><|assistant|>"))
+  assert trainer.fmt.prefix_ids == tuple(tok.encode("<|user|>", specials=True))
+  assert trainer.fmt.suffix_ids == tuple(tok.encode("<eos><|assistant|>", specials=True))
   assert trainer.fmt.action_prefix == ""
   assert not os.path.exists(os.path.join(work, "tokenizer.json"))
+
+
+def test_process_pool_trainer_reaches_credit_metrics(tmp_path):
+  """The slow ALFWorld test's path, fast: TextWorldExpress environments in worker
+  processes, their oracle step labels through the pickled results into credit/."""
+  cfg = apply_overrides(tiny_cfg(1, tmp_path / "demos"), [
+      "env.pool_backend=process", "rollout.num_envs=3", "sft.num_demos=4",
+      "eval.num_episodes=3", "eval.sampled=false"])
+  summary = Trainer(cfg, str(tmp_path / "run")).run()
+  assert summary["rl"]["eval/episodes"] == 3
+  recs = M.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
+  rl = [r for r in recs if "rollout/success" in r]
+  assert len(rl) == 1 and rl[0]["rollout/episodes"] == 6
+  # Every TextWorldExpress step carries a label (the engine's score change).
+  assert rl[0]["credit/labelled_steps"] == rl[0]["rollout/env_steps"] > 0
+  assert "credit/spearman" in rl[0]
 
 
 @pytest.mark.slow

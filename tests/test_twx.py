@@ -104,7 +104,7 @@ def test_observations_match_the_raw_engine(envs, game):
     for split, index in (("train", 4), ("dev", 9)):
       r = env.reset(split, index)
       obs, infos = raw.reset(seed=sorted(seeds[split])[index], gameFold=split)
-      assert r.observation == obs and r.info.anchor == obs
+      assert r.observation == obs
       assert r.info.task == infos["taskDescription"]
       assert set(r.info.admissible_actions) == set(infos["validActions"])
       prev_score = infos["score"]
@@ -166,3 +166,38 @@ def test_bad_arguments_have_clear_errors(envs):
     envs["coin"].reset("validation", 0)
   with pytest.raises(IndexError, match="out of range"):
     envs["coin"].reset("train", 1000)
+
+
+def test_state_anchor_tells_rooms_apart(envs):
+  """GiGPO's anchor is the state (room, inventory, score), not the observation text:
+  "Unknown action" and the inventory read alike in every room."""
+  env = envs["coin"]
+  r0 = env.reset("train", 0)
+  assert r0.observation.startswith("You are in the kitchen.")
+  kitchen = [r0] + [env.step(a) for a in ("dance", "inventory", "look around")]
+  pantry = [env.step("move north")] + [env.step(a) for a in ("dance", "inventory")]
+  assert pantry[0].observation.startswith("You are in the pantry.")
+  # Same text, different rooms: the faithful anchor would merge these.
+  assert kitchen[1].observation == pantry[1].observation
+  assert kitchen[2].observation == pantry[2].observation
+  assert len({r.info.anchor for r in kitchen}) == 1
+  assert len({r.info.anchor for r in pantry}) == 1
+  assert kitchen[0].info.anchor != pantry[0].info.anchor
+  # Progress is part of the state: taking an item changes inventory and score.
+  r = env.reset("train", 0)
+  anchors = [r.info.anchor]
+  for a in env.gold_path:
+    anchors.append(env.step(a).info.anchor)
+  assert anchors[-1] != anchors[-2]
+
+
+def test_state_anchor_without_a_room_follows_progress(envs):
+  # simonsays has no room description: its state is how many instructions were obeyed
+  # (the score), whatever the last observation said.
+  env = envs["simonsays"]
+  r = env.reset("train", 2)
+  assert r.info.extra["look"] == ""
+  assert env.step("dance").info.anchor == r.info.anchor
+  r = env.reset("train", 2)
+  anchors = [r.info.anchor] + [env.step(a).info.anchor for a in env.gold_path]
+  assert len(set(anchors)) == len(anchors)
