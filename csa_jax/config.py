@@ -79,7 +79,11 @@ class AlgoConfig:
   clip_high: float = 0.2
   dual_clip: float = 0.0  # 0 disables; DAPO/verl use 3.0
   loss_agg: str = "token-mean"
-  kl_coef: float = 0.0
+  # KL to the SFT policy (k3, GRPO's estimator). On by default: without it the tiny CPU
+  # policies drifted (more invalid actions, lower held-out success; README, "What makes
+  # RL learn here"). DAPO and Dr.GRPO drop it in their papers; here every method keeps
+  # the same anchor so that methods differ only in their advantages and losses.
+  kl_coef: float = 0.05
   kl_kind: str = "k3"
   entropy_coef: float = 0.0
   # DAPO dynamic sampling: drop groups whose rewards are all equal.
@@ -96,11 +100,11 @@ class AlgoConfig:
   # verl-agent's invalid-action penalty: every step the environment rejected costs this
   # much reward (the episode's return falls by it, and the step's own reward for
   # step-reward estimators such as GiGPO). 0 disables it.
-  invalid_penalty: float = 0.0
+  invalid_penalty: float = 0.1
   # How much each agent step (one training row) weighs: "step" (every row alike, so a
   # 15-step failure weighs 3-5x a short success) or "episode" (each episode's rows share
   # one episode's weight: the advantage of a row is scaled by mean_len / its episode's len).
-  row_weight: str = "step"
+  row_weight: str = "episode"
   epochs: int = 1
   minibatch_size: int = 64
 

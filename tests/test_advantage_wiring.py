@@ -58,11 +58,12 @@ def test_overlong_shaping_matches_formula(per):
 def test_shaping_off_leaves_rewards_and_feeds_every_estimator():
   arr = _arrays()
   roll = RolloutConfig(max_action_tokens=8, max_turns=3)
-  r, s = shaped_rewards(arr, AlgoConfig(), roll)
+  r, s = shaped_rewards(arr, AlgoConfig(invalid_penalty=0.0), roll)
   assert r is arr.rewards_BxG and s is arr.step_rewards_BxGxT
   for est in ("grpo", "dr_grpo", "rloo", "csa", "gigpo", "csa_gigpo"):
     for frac in (0.0, 0.25):
-      algo = dataclasses.replace(AlgoConfig(estimator=est), overlong_cache_frac=frac)
+      algo = dataclasses.replace(AlgoConfig(estimator=est, invalid_penalty=0.0),
+                                 overlong_cache_frac=frac)
       adv = compute_advantages(arr, algo, roll)
       assert adv.shape == (1, 3, 3) and np.isfinite(adv).all()
       assert (adv[~arr.mask_BxGxT] == 0).all()

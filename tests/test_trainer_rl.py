@@ -145,7 +145,7 @@ def test_all_zero_advantages_make_no_update(sft_run, tmp_path, monkeypatch):
 
   monkeypatch.setattr(trainer_lib, "compute_advantages", first_real_then_zero)
   work = str(tmp_path / "zero")
-  _run_and_params("twx_coin_grpo", src, work, 2)
+  _run_and_params("twx_coin_grpo", src, work, 2, "algo.kl_coef=0")  # KL alone would move
   p1, p2 = (_params(os.path.join(work, "checkpoints"), s)["params"] for s in (1, 2))
   assert _equal(p1, p2)
   assert not _equal(p1, _params(os.path.join(src, "sft")))
@@ -190,7 +190,8 @@ def test_dynamic_sampling_inside_the_trainer(tmp_path, monkeypatch, rounds):
 
 
 def test_dynamic_sampling_all_uniform_makes_no_update(tmp_path, monkeypatch):
-  cfg = tiny_cfg("twx_coin_dapo", 1, tmp_path, "algo.dynamic_sampling_rounds=2")
+  cfg = tiny_cfg("twx_coin_dapo", 1, tmp_path, "algo.dynamic_sampling_rounds=2",
+                 "algo.kl_coef=0")
   monkeypatch.setattr(trainer_lib.rollout_lib, "run_episodes",
                       lambda pool, policy, tok, tasks, *a, **k: [_traj(True) for _ in tasks])
   t = Trainer(cfg, str(tmp_path / "w"))
