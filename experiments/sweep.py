@@ -206,7 +206,7 @@ class Sweep:
 
   def _write_commands(self) -> None:
     path = os.path.join(self.args.reports_dir, self.args.name, "commands.txt")
-    argv = ["python", "-m", "experiments.sweep"] + sys.argv[1:]
+    argv = ["python", "-m", "experiments.sweep"] + self.args.argv
     with open(path, "w") as f:
       f.write(shlex.join(argv) + "\n")
       f.write(f"python -m experiments.report --name {self.args.name}\n")
@@ -226,6 +226,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--runs-dir", default=os.path.join(ROOT, "runs"))
   p.add_argument("--reports-dir", default=os.path.join(ROOT, "reports"))
   args = p.parse_args(argv)
+  args.argv = list(sys.argv[1:] if argv is None else argv)  # for commands.txt
   args.name = args.name or args.family
   if args.seeds < 1 or args.jobs < 1:
     p.error("--seeds and --jobs must be >= 1")
