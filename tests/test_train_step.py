@@ -82,7 +82,7 @@ def test_rl_first_step_is_the_policy_gradient(agg):
     return jnp.mean(per_tok.sum(1) / jnp.maximum(m.sum(1), 1))
 
   want = jax.grad(reference_loss)(params)
-  algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28)
+  algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28, kl_coef=0.0)
   scfg = SamplingConfig(max_new_tokens=4)
   # The gradient itself, not one rebuilt from an update: at ratio 1 the clipped
   # objective's gradient is -A * grad log pi. The two sides differ only in float32
@@ -109,7 +109,7 @@ def test_rl_step_moves_logp_with_the_advantage_sign():
   batch["old_logp"] = _old_logps(graphdef, params, batch).astype(np.float32)
   jb = {k: jnp.asarray(v) for k, v in batch.items()}
   tx = optax.sgd(0.05)
-  step = ts.make_rl_step(graphdef, tx, AlgoConfig(), SamplingConfig(max_new_tokens=4))
+  step = ts.make_rl_step(graphdef, tx, AlgoConfig(kl_coef=0.0), SamplingConfig(max_new_tokens=4))
   state, _ = step(ts.init_state(params, tx), jb)
   after = _old_logps(graphdef, state.params, batch)
   delta = (after - batch["old_logp"]).sum(1)
