@@ -38,7 +38,7 @@ def _penalty(length, max_len, cache):
 def test_overlong_shaping_matches_formula(per):
   arr = _arrays()
   roll = RolloutConfig(max_action_tokens=8, max_turns=3)
-  algo = AlgoConfig(overlong_cache_frac=0.25, overlong_per=per)
+  algo = AlgoConfig(overlong_cache_frac=0.25, overlong_per=per, invalid_penalty=0.0)
   rewards, step_rewards = shaped_rewards(arr, algo, roll)
   for g in range(3):
     lens = [int(l) for l in arr.action_len_BxGxT[0, g] if l > 0]
