@@ -293,7 +293,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (a.dynamic_sampling_rounds >= 1, "algo.dynamic_sampling_rounds must be >= 1"),
       (a.row_weight in ("step", "episode"), "algo.row_weight must be 'step' or 'episode'"),
       (a.invalid_penalty >= 0, "algo.invalid_penalty must be >= 0"),
-      (not cfg.sft.init_from or os.path.isdir(os.path.join(cfg.sft.init_from, "sft")),
+      (not cfg.sft.init_from or has_sft_checkpoint(cfg.sft.init_from),
        f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
        f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
@@ -308,6 +308,14 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if not ok:
       raise ConfigError(msg)
   return cfg
+
+
+def has_sft_checkpoint(run_dir: str) -> bool:
+  """Whether `run_dir` is a run whose SFT stage finished: its sft/ directory holds a
+  saved step (orbax names steps by number and writes them under a temporary name until
+  they are complete)."""
+  sft = os.path.join(run_dir, "sft")
+  return os.path.isdir(sft) and any(d.isdigit() for d in os.listdir(sft))
 
 
 def demos_dir(cfg: ExperimentConfig) -> str:

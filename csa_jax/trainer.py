@@ -350,6 +350,8 @@ class Trainer:
         params, meta = source.restore(params)
         print(f"SFT parameters from {source.directory}")
         return params, meta["sft_eval"]
+    if c.sft.init_from:
+      raise CheckpointError(f"sft.init_from: no SFT checkpoint in {c.sft.init_from}/sft")
     return self._sft(graphdef, params, self.tok, records), None
 
   def _kl_reference(self, params_template) -> Any:

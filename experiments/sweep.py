@@ -38,6 +38,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
+from csa_jax import config as csa_config
+
 RESULT_FILES = ("metrics.jsonl", "config.json")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,7 +91,9 @@ class Sweep:
     return os.path.exists(os.path.join(self.report_root, run.name, "DONE"))
 
   def _sft_ready(self, sft: str) -> bool:
-    return os.path.isdir(os.path.join(self.work_root, sft, "sft"))
+    """The SFT run has saved its parameters (workdir/sft holds a finished step; the
+    directory itself exists from the run's first second)."""
+    return csa_config.has_sft_checkpoint(os.path.join(self.work_root, sft))
 
   def command(self, run: Run) -> list[str]:
     workdir = os.path.join(self.work_root, run.name)
@@ -97,10 +101,13 @@ class Sweep:
            "--workdir", workdir]
     for o in run.overrides:
       cmd += ["--set", o]
-    ckpt = os.path.join(workdir, "checkpoints")
-    if os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt)):
+    if self._has_checkpoint(run):
       cmd.append("--resume")
     return cmd
+
+  def _has_checkpoint(self, run: Run) -> bool:
+    ckpt = os.path.join(self.work_root, run.name, "checkpoints")
+    return os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt))
 
   def _env(self) -> dict[str, str]:
     env = dict(os.environ)
@@ -115,6 +122,8 @@ class Sweep:
   def execute(self, run: Run) -> tuple[Run, int, float]:
     t0 = time.time()
     log = os.path.join(self.work_root, f"{run.name}.log")
+    if not self._has_checkpoint(run):  # killed before its first checkpoint: start clean
+      shutil.rmtree(os.path.join(self.work_root, run.name), ignore_errors=True)
     with open(log, "a") as f:
       f.write("$ " + shlex.join(self.command(run)) + "\n")
       f.flush()

@@ -203,3 +203,10 @@ def test_dynamic_sampling_all_uniform_makes_no_update(tmp_path, monkeypatch):
   state, m = t._rl_iteration(0, None, None, no_step, "state", None)
   assert state == "state" and m["perf/update_skipped"] == 1.0
   assert m["perf/env_steps_total"] == 2 * 6 * 2  # both rounds' episodes counted
+
+
+def test_init_from_a_run_still_in_sft_is_a_config_error(tmp_path):
+  """A run's sft/ directory exists from its first second; only a saved step counts."""
+  (tmp_path / "sft").mkdir()
+  with pytest.raises(ConfigError, match="holds no SFT checkpoint"):
+    tiny_cfg("twx_coin_csa", 1, tmp_path, f"sft.init_from={tmp_path}")
