@@ -5,7 +5,7 @@
 Behaviour cloning on the expert's episodes for 200 train tasks, then 40 iterations of RL
 with CSA (lambda 0.5, 4 tasks x G=8 rollouts), then evaluation with greedy and with
 sampled actions on 200 tasks of the test fold that training never saw. Tokenizer and
-decoder are built from scratch, so nothing is downloaded. Printed on the 2-core machine
+decoder are built from scratch, so nothing is downloaded. Printed on the 2-core machine in 8 min
 (2026-11-30, demonstrations built there): SFT 0.525 greedy / 0.505 sampled -> SFT + RL
 0.640 / 0.800 (README.md, "The quickstart"; the SFT start varies with the machine's draw of
 the coin expert's random walks).
