@@ -55,11 +55,27 @@ def _logits(graphdef, params, batch: Batch) -> jax.Array:
                logit_positions_BxK=batch["act_pos"])
 
 
-def _apply(tx, state: TrainState, grads, metrics) -> tuple[TrainState, dict]:
+def apply_update(tx, state: TrainState, loss, grads, metrics) -> tuple[TrainState, dict]:
+  """One optimizer step, skipped when the loss or the gradient is not finite.
+
+  A NaN/Inf step would poison Adam's moments for good, so the new state is selected
+  with `jnp.where` (no host round-trip): a skipped step leaves parameters, optimizer
+  state and the step counter exactly as they were, and says so in `nonfinite_loss` /
+  `nonfinite_grad` (1.0 when that part was not finite); the host loop counts them.
+  """
+  grad_norm = optax.tree.norm(grads)
+  loss_ok, grad_ok = jnp.isfinite(loss), jnp.isfinite(grad_norm)
+  ok = loss_ok & grad_ok
+  # Zero the gradient of a skipped step so the discarded update itself stays finite.
+  grads = jax.tree.map(lambda g: jnp.where(ok, g, jnp.zeros_like(g)), grads)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  new = TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                   opt_state=opt_state)
+  state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, state)
+  metrics = dict(metrics, grad_norm=grad_norm,
+                 nonfinite_loss=(~loss_ok).astype(jnp.float32),
+                 nonfinite_grad=(~grad_ok).astype(jnp.float32))
+  return state, metrics
 
 
 def make_sft_step(graphdef, tx) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
@@ -72,8 +88,8 @@ def make_sft_step(graphdef, tx) -> Callable[[TrainState, Batch], tuple[TrainStat
     return nll, {"nll": nll}
 
   def step(state: TrainState, batch: Batch):
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch)
-    return _apply(tx, state, grads, metrics)
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+    return apply_update(tx, state, loss, grads, metrics)
 
   return jax.jit(step, donate_argnums=0)
 
@@ -117,7 +133,8 @@ def make_rl_step(graphdef, tx, algo: AlgoConfig, sampling_cfg: SamplingConfig):
   loss_fn = make_rl_loss(graphdef, algo, sampling_cfg)
 
   def step(state: TrainState, batch: Batch, ref_params=None):
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch, ref_params)
-    return _apply(tx, state, grads, metrics)
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, batch, ref_params)
+    return apply_update(tx, state, loss, grads, metrics)
 
   return jax.jit(step, donate_argnums=0)
