@@ -210,7 +210,9 @@ def check_environment(cfg: ExperimentConfig) -> None:
 
 
 def _one_line(err: BaseException) -> str:
-  text = str(err).strip().strip("'\"").splitlines()
+  # A KeyError's str() is the repr of its message: take the message itself.
+  text = (str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+          ).strip().splitlines()
   return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
