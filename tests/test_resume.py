@@ -59,8 +59,10 @@ class Runs:
                           text=True, timeout=600, env=_env(self.cache))
 
   def start(self, workdir, *sets):
+    # A session of its own: a signal can go to its whole process group, as Ctrl-C does.
     return subprocess.Popen(_cmd(workdir, *sets), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=_env(self.cache))
+                            stderr=subprocess.PIPE, text=True, env=_env(self.cache),
+                            start_new_session=True)
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +136,13 @@ def test_sigkill_right_after_a_checkpoint_resumes_bitwise(runs):
   assert_same_run(work, runs.reference)
 
 
-def test_sigterm_mid_iteration_saves_exits_and_resumes_bitwise(runs):
-  work = runs.root / "terminated"
+@pytest.mark.parametrize("how", [
+    "sigterm",  # a scheduler's preemption notice, to the process
+    pytest.param("ctrl-c", marks=pytest.mark.slow),  # SIGINT to the whole process group:
+    # the environment engines (JVMs) must survive it until the iteration is done
+])
+def test_sigterm_mid_iteration_saves_exits_and_resumes_bitwise(runs, how):
+  work = runs.root / how
   proc = runs.start(work, *runs.sets())
   metrics = work / "metrics.jsonl"
 
@@ -144,11 +151,15 @@ def test_sigterm_mid_iteration_saves_exits_and_resumes_bitwise(runs):
         r["step"] == 1 for r in M.read_jsonl(str(metrics), tolerate_partial_last=True))
 
   _wait_for(second_iteration_running, proc, "the end of RL iteration 1")
-  proc.send_signal(signal.SIGTERM)
+  sig = signal.SIGTERM if how == "sigterm" else signal.SIGINT
+  if how == "sigterm":
+    proc.send_signal(sig)
+  else:
+    os.killpg(proc.pid, sig)
   _, err = proc.communicate(timeout=300)
-  assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+  assert proc.returncode == 128 + sig, err[-3000:]
   last = err.strip().splitlines()[-1]
-  assert last.startswith("launch.py: stopped by SIGTERM after RL iteration ")
+  assert last.startswith(f"launch.py: stopped by {sig.name} after RL iteration "), last
   assert "checkpoint saved in" in last and last.endswith("--resume"), last
   stopped_at = int(last.split("after RL iteration ")[1].split(";")[0])
   # It finished the iteration it was in (2, or 1 if the signal beat iteration 1's last
