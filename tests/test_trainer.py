@@ -85,7 +85,9 @@ def test_pretrained_checkpoint_with_chat_template(tmp_path):
   assert Tokenizer.from_hf_dir(str(ckpt)).chat_template
 
   base = tiny_cfg(1, tmp_path / 'demos')
+  # The tiny tokenizer spells text out in many tokens: 234 (prompt) and 10 (action) needed.
   cfg_run = apply_overrides(base, [f"model_path={ckpt}", "eval.num_episodes=3",
+                                   "rollout.max_prompt_tokens=240", "rollout.max_action_tokens=12",
                                    "eval.sampled=false"])
   work = str(tmp_path / "run")
   trainer = Trainer(cfg_run, work)
