@@ -22,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -124,6 +125,9 @@ def _quiet_close(env) -> None:
 
 
 def _process_main(conn, env_name: str, env_kwargs: dict) -> None:
+  # Ctrl-C reaches the whole terminal process group; the parent decides when workers end
+  # (it saves a checkpoint after the current iteration first), so they ignore it.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   holder: dict[str, Any] = {}
   try:
     while True:

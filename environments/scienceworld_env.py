@@ -130,14 +130,17 @@ def _launch(deterministic: bool):
   from scienceworld.constants import BASEPATH, JAR_PATH  # pylint: disable=g-import-not-at-top
   opts = ["-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2"] if deterministic else []
   port, proc = launch_gateway(
-      classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, return_proc=True, javaopts=opts)
+      classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, return_proc=True, javaopts=opts,
+      # Out of the terminal's process group: Ctrl-C reaches the trainer, which saves
+      # after the current iteration, and not the engine it still needs until then.
+      create_new_process_group=True)
   gateway = JavaGateway(
       gateway_parameters=GatewayParameters(auto_field=True, port=port), java_process=proc)
   server = gateway.jvm.scienceworld.runtime.pythonapi.PythonInterface()
   return gateway, server, proc
 
 
-@register_env("scienceworld")
+@register_env("scienceworld", engines=("scienceworld",))
 class ScienceWorldTextEnv(TextEnv):
   """ScienceWorld behind the TextEnv protocol; one JVM (~760 MB) per instance."""
 

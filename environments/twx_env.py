@@ -48,6 +48,7 @@ run to run.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 
 from environments.base import StepInfo, StepResult, TextEnv
@@ -136,7 +137,21 @@ class TwxConfig:
     return DEFAULT_GAME_PARAMS[self.game] if self.game_params is None else self.game_params
 
 
-@register_env("twx")
+def _own_process_group_for_jvms() -> None:
+  """Starts the package's JVMs in their own process group.
+
+  Ctrl-C in a terminal sends SIGINT to the whole foreground group; the trainer turns it
+  into "save after this iteration", which needs the engines alive until then. The package
+  offers no option, so its module-level `launch_gateway` is wrapped (idempotent). The JVM
+  still dies with this process (die_on_exit: it exits when its stdin pipe closes).
+  """
+  from textworld_express import textworld_express as twx_mod  # pylint: disable=import-outside-toplevel
+  if not isinstance(twx_mod.launch_gateway, functools.partial):
+    twx_mod.launch_gateway = functools.partial(twx_mod.launch_gateway,
+                                               create_new_process_group=True)
+
+
+@register_env("twx", engines=("textworld-express",))
 class TwxEnv(TextEnv):
   """One TextWorldExpress game; `make_env("twx", game=..., game_params=..., step_limit=...)`."""
 
@@ -145,6 +160,7 @@ class TwxEnv(TextEnv):
   def __init__(self, game: str = "coin", game_params: str | None = None, step_limit: int = 50):
     self.config = TwxConfig(game=game, game_params=game_params, step_limit=step_limit)
     from textworld_express import TextWorldExpressEnv  # pylint: disable=import-outside-toplevel
+    _own_process_group_for_jvms()
     with _LAUNCH_LOCK:
       # The wrapper's own step limit is unused: this adapter counts steps itself.
       self._env = TextWorldExpressEnv(envStepLimit=10**9)
