@@ -101,3 +101,17 @@ def test_goal_from_params_and_unknown_type():
     dist.Goal.from_pddl_params("pick_and_place_with_movable_recep", {})
   with pytest.raises(ValueError, match="oracle"):
     make_env("alfworld", oracle="bfs")
+
+
+def test_lamp_switched_on_before_the_object_is_held(envs):
+  """A look task where the lamp is used while holding the wrong object: the goal then needs
+  a walk back to the lamp with the book, a move no other test state needed."""
+  fast, planner = envs
+  fast.reset("train", 1), planner.reset("train", 1)
+  for a in ("go to drawer 2", "go to sidetable 2", "take box 2 from sidetable 2",
+            "move box 2 to sidetable 2", "take box 2 from sidetable 2", "go to dresser 1",
+            "use floorlamp 1"):
+    rf, rp = fast.step(a), planner.step(a)
+    assert rf.info.action_valid, a
+    assert (rf.info.oracle_label, rf.info.extra["plan_len"]) == (
+        rp.info.oracle_label, rp.info.extra["plan_len"]), a
