@@ -2,10 +2,14 @@
 
     PYTHONPATH=. python benchmarks/alfworld_speed.py --games 6 --steps 30 [--cache-dir DIR]
 
-Random admissible actions (seeded) on generated train games; prints steps/s for
-oracle_labels=True (a planner search per step that leaves the plan), oracle_labels=False (no
-planner), expert steps (plan reused, no search), and the raw engine without the grammar-parse
-cache, each relative to the cached engine without labels measured in the same run.
+Random admissible actions (seeded) on generated train games (one game of each task type with
+--games 6). Prints, all measured in the same run:
+- labels alone: distances per second on the same random-walk states, from the fast exact
+  distance (`environments/alfworld_distance.py`) and from a planner search (Fast Downward, what
+  the planner label costs per state it has not seen), and their ratio;
+- env steps/s: oracle="fast" labels, oracle="planner" labels (a planner search per step that
+  leaves the plan), no labels, expert steps (plan reused), and the raw engine without the
+  grammar-parse cache, each relative to the cached engine without labels.
 """
 
 import argparse
@@ -14,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from environments import alfworld_gen, make_env
+from environments import alfworld_distance, alfworld_gen, make_env
 
 
 def run(env, games, steps, expert=False):
@@ -33,6 +37,32 @@ def run(env, games, steps, expert=False):
   return n / t
 
 
+def label_rates(env, games, steps):
+  """(fast distances/s, planner distances/s, states, mismatches) on the same walk states."""
+  engine = env._engine
+  t_fast = t_plan = 0.0
+  n = bad = 0
+  for i in range(games):
+    r = env.reset("train", i)
+    goal = alfworld_distance.Goal.from_pddl_params(
+        r.info.extra["task_type"], env.tasks.traj_data("train", i)["pddl_params"])
+    static = alfworld_distance.static_of(engine.facts())
+    rng = random.Random(1000 + i)
+    for _ in range(steps):
+      r = env.step(rng.choice(r.info.admissible_actions))
+      if r.done:
+        break
+      facts = engine.facts()
+      t0 = time.perf_counter()
+      d_fast = alfworld_distance.distance(static, goal, facts)
+      t1 = time.perf_counter()
+      plan = engine.replan()
+      t2 = time.perf_counter()
+      t_fast, t_plan, n = t_fast + t1 - t0, t_plan + t2 - t1, n + 1
+      bad += plan is None or d_fast != len(plan)
+  return n / t_fast, n / t_plan, n, bad
+
+
 def main():
   p = argparse.ArgumentParser()
   p.add_argument("--games", type=int, default=6)
@@ -43,12 +73,20 @@ def main():
   tasks, engine = make_env("alfworld", oracle_labels=False, **kw).tasks, alfworld_gen.Engine()
   for i in range(a.games):  # generate first, so timing excludes generation
     tasks.game_file("train", i, engine)
+  fast, plan, n, bad = label_rates(make_env("alfworld", oracle_labels=False, **kw), a.games,
+                                   a.steps)
+  print(f"labels alone on {n} random-walk states ({bad} disagree):")
+  print(f"  fast exact distance:   {fast:9.1f} labels/s  {fast / plan:.0f}x the planner")
+  print(f"  planner (Fast Downward): {plan:7.2f} labels/s  1x")
   base = run(make_env("alfworld", oracle_labels=False, **kw), a.games, a.steps)
   print(f"random, oracle_labels=False (cached grammar): {base:7.1f} steps/s  1.00x")
-  lab = run(make_env("alfworld", oracle_labels=True, **kw), a.games, a.steps)
-  print(f"random, oracle_labels=True:                   {lab:7.1f} steps/s  {lab / base:.2f}x")
-  ex = run(make_env("alfworld", oracle_labels=True, **kw), a.games, a.steps, expert=True)
-  print(f"expert, oracle_labels=True:                   {ex:7.1f} steps/s  {ex / base:.2f}x")
+  labf = run(make_env("alfworld", oracle="fast", **kw), a.games, a.steps)
+  print(f"random, oracle='fast' labels:                 {labf:7.1f} steps/s  {labf / base:.2f}x")
+  lab = run(make_env("alfworld", oracle="planner", **kw), a.games, a.steps)
+  print(f"random, oracle='planner' labels:              {lab:7.1f} steps/s  {lab / base:.2f}x")
+  print(f"  labelled env steps/s, fast over planner:    {labf / lab:.1f}x")
+  ex = run(make_env("alfworld", oracle="planner", **kw), a.games, a.steps, expert=True)
+  print(f"expert, oracle='planner' labels:              {ex:7.1f} steps/s  {ex / base:.2f}x")
   ref = r"""
 import random, sys, time, textworld
 from textworld.envs import PddlEnv

@@ -1,4 +1,4 @@
-"""ALFWorld (Shridhar et al., ICLR 2021) as a `TextEnv`, with planner oracle step labels.
+"""ALFWorld (Shridhar et al., ICLR 2021) as a `TextEnv`, with exact oracle step labels.
 
     env = make_env("alfworld", source="generated", num_train=16, num_eval=8, seed=0)
     r = env.reset("train", 0); r = env.step(r.info.admissible_actions[0]); env.expert_action()
@@ -9,18 +9,22 @@ and reward are exactly what TextWorld's PDDL engine under ALFWorld's `AlfredDema
 `AlfredInfos` wrappers prints; the expert is `AlfredExpert(expert_type="planner")`'s plan
 (Fast Downward, from the current state).
 
-Oracle step label (for the CSA proposal's step-level credit accuracy). Let d(s) be the length
-of the planner's plan from state s to the goal (0 once won). The label of a step s -> s' is
-d(s) - d(s'): +1 for a step along a shortest plan; 0 for a step after which the goal is as far
-as before (an invalid action, "look", "examine", going somewhere useless: a wasted step);
+Oracle step label (for the CSA proposal's step-level credit accuracy). Let d(s) be the number
+of steps of a shortest plan from state s to the goal (0 once won). The label of a step s -> s'
+is d(s) - d(s'): +1 for a step along a shortest plan; 0 for a step after which the goal is as
+far as before (an invalid action, "look", "examine", going somewhere useless: a wasted step);
 negative for a step that moves the goal further away (e.g. picking up the wrong object, which
-must be put down again). Generated games use unit
-action costs, under which the planner's search is breadth-first: d is then the exact number of
-steps to the goal and a label is never above 1. Official games keep ALFWorld's domain (cost 5
-for heat/cool/clean/use), where d is the length of the plan the official planner expert
-returns, which need not be shortest. The label is None where the planner finds no plan (d
-unknown) and after reset. States that differ only in `checked` facts (set by look/examine, read by nothing) share d; after a step
-that follows the plan, d(s') is the rest of that plan (no new search).
+must be put down again). Two ways to get d (`oracle=`):
+- "fast" (default for generated games): an exact uniform-cost search over the task's abstract
+  state (`environments.alfworld_distance`), about 9 ms per state on 2 shared cores.
+  Generated games use unit action costs, so d is the exact number of steps.
+- "planner": the length of Fast Downward's plan from s (breadth-first under unit costs, so the
+  same d; `tests/test_alfworld_distance.py` checks that both agree on every sampled step of all
+  six task types). Official games always use it: they keep ALFWorld's domain (cost 5 for
+  heat/cool/clean/use), where d is the length of the plan the official planner expert returns,
+  which need not be shortest, so no exact shortcut applies. The label is None where the planner
+  finds no plan. States that differ only in `checked` facts (set by look/examine, read by
+  nothing) share d; after a step that follows the plan, d(s') is the rest of that plan.
 
 Anchor (GiGPO's state): the engine's own state, the PDDL facts without `checked` (the state
 key the planner memo uses), as "pddl:" and a SHA-1 of the sorted facts, so that it is the
@@ -30,10 +34,13 @@ happens." answers every invalid action in every room and "inventory" answers ali
 room, so observation text would merge distinct states into one GiGPO step group (`rollout.anchor="faithful"` keeps that, as verl-agent does).
 
 Speed (benchmarks/alfworld_speed.py, 2 shared CPU cores): about 34 random steps/s without
-labels, 2 with labels (each step that leaves the plan is a blind planner search, 0.1-25 s in
-large kitchens), 70 expert steps/s (the plan is reused). Use `oracle_labels=False` where labels
-are not read: the planner then runs only when `expert_action()` is called. One env per process
-(Fast Downward's translator swaps sys.stdout and sys.argv, so threads must not share it).
+labels; with planner labels about 2 (each step that leaves the plan is a blind planner search,
+0.1-25 s in large kitchens); the fast labels cost about 9 ms per new state (113 labels/s
+against the planner's 0.27 on the same states, 413x), so labelled steps run near the
+unlabelled rate (the benchmark prints both rates). `expert_action()` always asks the
+planner (plan reused along the plan). Use `oracle_labels=False` where labels are not read. One
+env per process (Fast Downward's translator swaps sys.stdout and sys.argv, so threads must not
+share it).
 
 CLI: `python -m environments.alfworld_env --generate 100 --split train` pre-fills the cache.
 """
@@ -46,6 +53,7 @@ import statistics
 import sys
 import time
 
+from environments import alfworld_distance as dist
 from environments import alfworld_gen as gen
 from environments.base import StepInfo, StepResult, TextEnv
 from environments.registry import register_env
@@ -66,7 +74,7 @@ class AlfworldEnv(TextEnv):
   def __init__(self, source: str = "generated", num_train: int | None = None,
                num_eval: int | None = None, seed: int = 0, step_limit: int = 50,
                cache_dir: str | None = None, data_dir: str | None = None,
-               oracle_labels: bool = True):
+               oracle_labels: bool = True, oracle: str = "fast"):
     """Args:
       source: "generated" (offline, default) or "official" ($ALFWORLD_DATA or data_dir).
       num_train / num_eval: tasks in "train" / each eval split. Generated: default 1000 / 140
@@ -75,7 +83,10 @@ class AlfworldEnv(TextEnv):
       step_limit: the episode ends (truncated) after this many steps.
       cache_dir: where generated games live (default $CSA_JAX_CACHE/alfworld or
         ~/.cache/csa_jax/alfworld).
-      oracle_labels: compute the planner label at every step (see module docstring).
+      oracle_labels: compute the oracle label at every step (see module docstring).
+      oracle: "fast" (exact distance from the symbolic state, `alfworld_distance`) or
+        "planner" (Fast Downward's plan length). Official games always use the planner: their
+        5-cost actions make the planner's plan length differ from the shortest distance.
     """
     if source not in ("generated", "official"):
       raise ValueError(f"source must be 'generated' or 'official', got {source!r}")
@@ -88,7 +99,14 @@ class AlfworldEnv(TextEnv):
     else:
       counts = {"train": num_train, "eval_seen": num_eval, "eval_unseen": num_eval}
       self.tasks = gen.OfficialTasks(data_dir, counts)
+    if oracle not in ("fast", "planner"):
+      raise ValueError(f"oracle must be 'fast' or 'planner', got {oracle!r}")
     self.source = source
+    self.oracle = "planner" if source == "official" else oracle
+    self._static: dict = {}  # game file -> alfworld_distance.Static
+    self._goal = None
+    self._dists: dict = {}  # state key -> exact distance, for the loaded game
+    self._d = _UNKNOWN
     self.step_limit = step_limit
     self.oracle_labels = oracle_labels
     self._engine = gen.Engine()
@@ -119,6 +137,20 @@ class AlfworldEnv(TextEnv):
       self._plans[self._key] = self._plan
     return self._plan
 
+  def _distance_here(self):
+    """Distance to the goal from the current state (None where the planner finds no plan)."""
+    if self._engine.won:
+      return 0
+    if self.oracle == "planner":
+      plan = self._plan_here()
+      return None if plan is None else len(plan)
+    if self._key not in self._dists:
+      static = self._static.get(self._engine.game_file)
+      if static is None:
+        static = self._static[self._engine.game_file] = dist.static_of(self._engine.facts())
+      self._dists[self._key] = dist.distance(static, self._goal, self._engine.facts())
+    return self._dists[self._key]
+
   def expert_action(self) -> str | None:
     if self._done:
       return None
@@ -134,18 +166,19 @@ class AlfworldEnv(TextEnv):
     game_file = self.tasks.game_file(split, index, self._engine)
     if self._engine.game_file != game_file:
       self._engine.load(game_file)
-      self._plans = {}
+      self._plans, self._dists = {}, {}
     state = self._engine.reset()
     traj = self.tasks.traj_data(split, index)
     self._task_type = traj["task_type"]
+    if self.oracle == "fast":
+      self._goal = dist.Goal.from_pddl_params(self._task_type, traj["pddl_params"])
     self._task = state.feedback.rsplit("Your task is to: ", 1)[-1].strip().rstrip(".")
     self._split, self._index = split, index
     self._steps = 0
     self._done = False
     self._key = self._engine.state_key()
     self._plan = _UNKNOWN
-    if self.oracle_labels:
-      self._plan_here()
+    self._d = self._distance_here() if self.oracle_labels else _UNKNOWN
     return self._result(state.feedback, action_valid=True, label=None)
 
   def step(self, action: str) -> StepResult:
@@ -156,7 +189,7 @@ class AlfworldEnv(TextEnv):
     # PddlEnv matches the stripped text exactly against the admissible commands; anything else
     # is "Nothing happens." with the state unchanged.
     valid = action.strip() in self._engine.admissible
-    before = self._plan
+    before, before_d = self._plan, self._d
     state = self._engine.step(action)
     self._steps += 1
     key = self._engine.state_key()
@@ -168,14 +201,15 @@ class AlfworldEnv(TextEnv):
       self._plan = before[1:]  # the rest of a plan is a plan from here
     else:
       self._plan = _UNKNOWN
+    moved = key != self._key
     self._key = key
     if self._plan is not _UNKNOWN:
       self._plans[key] = self._plan
-    elif self.oracle_labels:
-      self._plan_here()
+    if moved:
+      self._d = self._distance_here() if self.oracle_labels else _UNKNOWN
     label = None
-    if before not in (_UNKNOWN, None) and self._plan not in (_UNKNOWN, None):
-      label = float(len(before) - len(self._plan))
+    if before_d not in (_UNKNOWN, None) and self._d not in (_UNKNOWN, None):
+      label = float(before_d - self._d)
     won = self._engine.won
     truncated = not won and self._steps >= self.step_limit
     self._done = won or truncated
@@ -185,7 +219,9 @@ class AlfworldEnv(TextEnv):
               done: bool = False, error: str | None = None) -> StepResult:
     self._obs = obs
     won = self._engine.won
-    plan = self._plan
+    d = self._d
+    if d is _UNKNOWN and self._plan is not _UNKNOWN:
+      d = None if self._plan is None else len(self._plan)
     info = StepInfo(
         task=self._task,
         admissible_actions=tuple(sorted(self._engine.admissible)),
@@ -196,7 +232,7 @@ class AlfworldEnv(TextEnv):
         truncated=truncated,
         error=error,
         extra={"task_type": self._task_type, "source": self.source,
-               "plan_len": None if plan in (_UNKNOWN, None) else len(plan),
+               "plan_len": None if d is _UNKNOWN else d,
                "split": self._split, "index": self._index,
                "game_file": self._engine.game_file, "steps": self._steps},
     )

@@ -179,6 +179,10 @@ class Engine:
       return None
     return list(plan)
 
+  def facts(self) -> list:
+    """The current PDDL state as textworld Propositions."""
+    return list(self.pddl._pddl_state.facts)
+
   def state_key(self) -> frozenset[str]:
     # `checked` is set by look/examine/open and read by no precondition or goal, so states that
     # differ only in it have the same distance to the goal.

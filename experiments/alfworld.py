@@ -7,7 +7,7 @@ Tasks are generated offline in the ALFWorld format from what the `alfworld` whee
 (`source="generated"`, every game checked solvable by the planner); with the official data
 downloaded (`ALFWORLD_DATA`), `--set env.kwargs.source=official` uses the standard splits.
 Evaluation is on `eval_unseen`: floor plans never used for training (the proposal's
-generalisation metric). The oracle step label is the decrease of the planner's distance to
+generalisation metric). The oracle step label is the decrease of the exact shortest distance to
 the goal, so `credit/spearman` is the proposal's step-level credit accuracy.
 
 Without `model_path` the policy is a small decoder trained from scratch (CPU-sized, a few

@@ -1,0 +1,126 @@
+"""Step-level credit accuracy (CSA proposal, "Metrics"), as a study over fixed rollouts.
+
+Every estimator's per-step advantage on the same [B, G, T] arrays is compared with the
+environment's oracle step label (never used for training):
+
+- spearman: rank correlation over all labelled steps;
+- spearman_failed / spearman_won: the same within failed / won episodes only, the
+  proposal's claim that step credit tells useful actions in failed rollouts and harmful ones
+  in won rollouts apart (an episode-level estimator is constant within an episode, so only
+  differences between episodes can move these);
+- auc: the probability that a progress step (label > 0) gets a higher advantage than a
+  step that made no progress or regressed (label <= 0), ties counting 1/2.
+
+Confidence intervals are percentile bootstraps over groups (tasks): a group's G rollouts
+share a task and a baseline, so groups, not steps, are the independent units. Host NumPy.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+METRICS = ("spearman", "spearman_failed", "spearman_won", "auc")
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+  """1-based ranks; tied values share the mean of their ranks (vectorised)."""
+  _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+  first = np.cumsum(counts) - counts  # 0-based rank of each distinct value's first copy
+  return (first + (counts + 1) / 2.0)[inverse.reshape(-1)]
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+  """Spearman's rho (Pearson on average ranks); NaN with < 3 values or a constant side."""
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+    return float("nan")
+  ra, rb = average_ranks(a), average_ranks(b)
+  ra, rb = ra - ra.mean(), rb - rb.mean()
+  return float((ra * rb).sum() / np.sqrt((ra * ra).sum() * (rb * rb).sum()))
+
+
+def auc(scores: np.ndarray, positive: np.ndarray) -> float:
+  """Mann-Whitney AUC of `scores` separating positive from negative items; NaN if a class
+  is empty."""
+  scores, positive = np.asarray(scores, np.float64), np.asarray(positive, bool)
+  n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+  if n_pos == 0 or n_neg == 0:
+    return float("nan")
+  ranks = average_ranks(scores)
+  return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def labelled_steps(adv_BxGxT: np.ndarray, oracle_BxGxT: np.ndarray, mask_BxGxT: np.ndarray,
+                   won_BxG: np.ndarray) -> dict[str, np.ndarray]:
+  """Flat arrays over the labelled steps: advantage, label, group index, episode won."""
+  sel = np.asarray(mask_BxGxT, bool) & np.isfinite(oracle_BxGxT)
+  b, g, _ = np.nonzero(sel)
+  return {"adv": np.asarray(adv_BxGxT, np.float64)[sel],
+          "label": np.asarray(oracle_BxGxT, np.float64)[sel],
+          "group": b, "won": np.asarray(won_BxG, bool)[b, g]}
+
+
+def metric_values(steps: dict[str, np.ndarray]) -> dict[str, float]:
+  a, y, won = steps["adv"], steps["label"], steps["won"]
+  return {"spearman": spearman(a, y),
+          "spearman_failed": spearman(a[~won], y[~won]),
+          "spearman_won": spearman(a[won], y[won]),
+          "auc": auc(a, y > 0)}
+
+
+def bootstrap_groups(steps: dict[str, np.ndarray], num_groups: int,
+                     fn: Callable[[dict[str, np.ndarray]], dict[str, float]],
+                     num_resamples: int, seed: int) -> list[dict[str, float]]:
+  """`fn` on `num_resamples` resamples of the groups (with replacement, as many as there
+  are); a group drawn k times contributes its steps k times."""
+  rng = np.random.default_rng(seed)
+  by_group = [np.nonzero(steps["group"] == b)[0] for b in range(num_groups)]
+  out = []
+  for _ in range(num_resamples):
+    pick = rng.integers(0, num_groups, num_groups)
+    idx = np.concatenate([by_group[b] for b in pick]) if num_groups else np.zeros(0, int)
+    out.append(fn({k: v[idx] for k, v in steps.items()}))
+  return out
+
+
+def percentile_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
+  """Percentile interval over the finite bootstrap values (NaN if fewer than half are)."""
+  v = np.asarray([x for x in values if np.isfinite(x)], np.float64)
+  if len(v) < max(1, len(values) // 2):
+    return float("nan"), float("nan")
+  lo, hi = np.quantile(v, [(1 - level) / 2, (1 + level) / 2])
+  return float(lo), float(hi)
+
+
+def credit_table(advs: dict[str, np.ndarray], oracle_BxGxT: np.ndarray,
+                 mask_BxGxT: np.ndarray, won_BxG: np.ndarray, *, num_resamples: int = 400,
+                 seed: int = 0) -> list[dict]:
+  """One row per (estimator, metric): value on all groups, bootstrap 95% CI, step counts.
+
+  Every estimator is resampled with the same group draws (same seed), so their intervals
+  are paired; `delta_vs_grpo` rows give the paired difference to GRPO where it is present.
+  """
+  num_groups = mask_BxGxT.shape[0]
+  rows, boots = [], {}
+  for name, adv in advs.items():
+    steps = labelled_steps(adv, oracle_BxGxT, mask_BxGxT, won_BxG)
+    point = metric_values(steps)
+    boots[name] = bootstrap_groups(steps, num_groups, metric_values, num_resamples, seed)
+    counts = {"steps": len(steps["label"]), "steps_failed": int((~steps["won"]).sum()),
+              "steps_won": int(steps["won"].sum()), "progress_steps": int((steps["label"] > 0).sum())}
+    for m in METRICS:
+      lo, hi = percentile_ci([b[m] for b in boots[name]])
+      rows.append({"estimator": name, "metric": m, "value": point[m], "lo": lo, "hi": hi,
+                   **counts})
+  if "grpo" in advs:
+    point_ref = {r["metric"]: r["value"] for r in rows if r["estimator"] == "grpo"}
+    for row in list(rows):
+      if row["estimator"] == "grpo":
+        continue
+      diffs = [b[row["metric"]] - r[row["metric"]]
+               for b, r in zip(boots[row["estimator"]], boots["grpo"])]
+      lo, hi = percentile_ci(diffs)
+      row.update(delta_vs_grpo=row["value"] - point_ref[row["metric"]], delta_lo=lo, delta_hi=hi)
+  return rows

@@ -1,0 +1,294 @@
+"""Step-level credit accuracy study (CSA proposal, "Metrics"): every estimator on the same
+rollouts of one policy checkpoint, against the environment's oracle step labels.
+
+    # collect once (G = 16) and analyse at G = 4, 8, 16 (first G rollouts of each group)
+    python -m experiments.credit --env coin_doors --checkpoint runs/credit/coin_sft \
+        --groups 64 --group-size 16 --out runs/credit/study/coin_sft
+    # re-analyse saved rollouts without collecting
+    python -m experiments.credit --analyze runs/credit/study/coin_sft
+    # the committed report from several analysed directories
+    python -m experiments.credit --report runs/credit/study/* --name credit
+
+`--checkpoint` is a run directory of `launch.py` (tokenizer.json, config.json, sft/,
+checkpoints/): `--which sft` reads its SFT parameters, `--which rl` the latest RL checkpoint,
+`auto` (default) the RL checkpoint if the run has RL iterations, else SFT. The environment,
+model shape, prompts and reward shaping (invalid-action penalty) are the run's own
+(config.json), so advantages are the ones its training would have computed. Tasks are drawn
+from the training split, as the trainer draws them. Labels are only read here, never trained on.
+
+Estimators (`csa_jax.advantages` registry, through `trainer.compute_advantages`): grpo, rloo,
+dr_grpo, csa at lambda 0.25 / 0.5 / 1, csa_step (CSA's step term A_S alone), gigpo,
+gigpo_step (GiGPO's step term alone) and csa_gigpo. Metrics and bootstrap: `csa_jax.credit`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import glob
+import json
+import os
+import sys
+import time
+import typing
+
+import numpy as np
+
+ESTIMATORS = {  # study name -> (registered estimator, hparams over the run's algo config)
+    "grpo": ("grpo", {}),
+    "rloo": ("rloo", {}),
+    "dr_grpo": ("dr_grpo", {}),
+    "csa_lam0.25": ("csa", {"lam": 0.25}),
+    "csa_lam0.5": ("csa", {"lam": 0.5}),
+    "csa_lam1": ("csa", {"lam": 1.0}),
+    "csa_step": ("csa_step", {}),
+    "gigpo": ("gigpo", {}),
+    "gigpo_step": ("gigpo_step", {}),
+    "csa_gigpo": ("csa_gigpo", {"lam": 0.5}),
+}
+ENV_FAMILIES = {"alfworld": "alfworld", "coin_doors": "twx", "twx_coin": "twx",
+                "quickstart": "twx", "scienceworld": "scienceworld"}
+LABEL_MEANING = {
+    "alfworld": ("exact: decrease of the shortest distance to the goal (+1 along a shortest "
+                 "plan, 0 for a wasted step, -1 or less for a step that moves the goal away)"),
+    "twx": ("coarse: +1 when the engine score rises (in coin only on 'take coin', the winning "
+            "step), -1 when it falls or the task fails, else 0"),
+}
+
+
+# -- loading a policy ---------------------------------------------------------------------
+
+
+def config_from_dict(cls, d: dict):
+  """Rebuilds a frozen config tree from its `to_dict` form (config.json)."""
+  hints = typing.get_type_hints(cls)
+  kw = {}
+  for f in dataclasses.fields(cls):
+    if f.name not in d:
+      continue
+    v, t = d[f.name], hints[f.name]
+    if dataclasses.is_dataclass(t):
+      v = config_from_dict(t, v)
+    elif isinstance(v, list):
+      v = tuple(v)
+    kw[f.name] = v
+  return cls(**kw)
+
+
+def load_run(run_dir: str, which: str = "auto"):
+  """(config, tokenizer, graphdef, params, description) of a launch.py run directory."""
+  from flax import nnx
+
+  from csa_jax import mesh as mesh_lib
+  from csa_jax import train_step as ts
+  from csa_jax.checkpoint import Checkpointer
+  from csa_jax.config import ExperimentConfig
+  from csa_jax.model import Decoder
+  from csa_jax.tokenizer import Tokenizer
+
+  with open(os.path.join(run_dir, "config.json")) as f:
+    cfg = config_from_dict(ExperimentConfig, json.load(f))
+  if cfg.model_path:
+    raise ValueError("credit study: runs from a pretrained model_path are not supported yet")
+  tok = Tokenizer.load(os.path.join(run_dir, "tokenizer.json"))
+  mesh = mesh_lib.make_mesh(cfg.mesh)
+  model = Decoder(cfg.model, rngs=nnx.Rngs(cfg.seed))
+  mesh_lib.shard_model(model, mesh, mesh_lib.TRAIN_RULES)
+  graphdef, params = nnx.split(model, nnx.Param)
+  rl = Checkpointer(os.path.join(run_dir, "checkpoints"))
+  step = rl.latest_step()
+  if which == "auto":
+    which = "rl" if step else "sft"
+  if which == "rl":
+    if not step:
+      raise ValueError(f"{run_dir}: no RL checkpoint after iteration 0")
+    state, meta = rl.restore(ts.init_state(params, ts.make_optimizer(cfg.optim)))
+    params, desc = state.params, f"rl iteration {meta['iteration']}"
+  else:
+    params, _ = Checkpointer(os.path.join(run_dir, "sft"), max_to_keep=1).restore(params)
+    desc = "sft"
+  rl.close()
+  return cfg, tok, graphdef, params, desc, mesh
+
+
+# -- collection ---------------------------------------------------------------------------
+
+
+def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
+            num_envs: int, out_dir: str, env: str, num_tasks: int = 0) -> str:
+  import jax
+
+  from csa_jax import rollout as rollout_lib
+  from csa_jax import trainer as trainer_lib
+  from environments.pool import EnvPool
+
+  cfg, tok, graphdef, params, desc, mesh = load_run(run_dir, which)
+  family = cfg.name.split("_")[0] if not cfg.name.startswith("coin_doors") else "coin_doors"
+  if ENV_FAMILIES.get(env) != cfg.env.name:
+    raise ValueError(f"--env {env}: the checkpoint's environment is {cfg.env.name!r} "
+                     f"(experiment {cfg.name})")
+  rcfg = dataclasses.replace(cfg.rollout, group_size=group_size,
+                             num_envs=min(num_envs, groups * group_size))
+  cfg = dataclasses.replace(cfg, rollout=rcfg)
+  rng = np.random.default_rng(seed)
+  # ALFWorld games are generated on first use (seconds each): --tasks N keeps to cached ones.
+  idx = rng.choice(num_tasks or cfg.env.num_train_tasks, size=groups, replace=False)
+  tasks = [(cfg.env.train_split, int(i)) for i in idx for _ in range(group_size)]
+  policy = trainer_lib.make_policy(graphdef, lambda: params, tok, cfg, greedy=False,
+                                   key=jax.random.key(seed), mesh=mesh)
+  t0 = time.perf_counter()
+  with EnvPool(cfg.env.name, dict(cfg.env.kwargs), rcfg.num_envs, backend=cfg.env.pool_backend,
+               step_timeout_s=rcfg.step_timeout_s) as pool:
+    trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, rcfg, rng)
+  seconds = time.perf_counter() - t0
+  arrays = rollout_lib.group_arrays(trajs, groups, group_size, rcfg.max_turns, rcfg.logp_reduce)
+  os.makedirs(out_dir, exist_ok=True)
+  np.savez_compressed(os.path.join(out_dir, "rollouts.npz"),
+                      task_index_B=idx.astype(np.int32),
+                      **{f.name: getattr(arrays, f.name) for f in dataclasses.fields(arrays)})
+  steps = int(arrays.mask_BxGxT.sum())
+  meta = {"env": env, "env_name": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs),
+          "family": family, "checkpoint": os.path.relpath(run_dir), "which": desc,
+          "experiment": cfg.name, "task_pool": int(num_tasks or cfg.env.num_train_tasks),
+          "groups": groups, "group_size": group_size, "seed": seed,
+          "success": float(arrays.rewards_BxG.mean()), "env_steps": steps,
+          "labelled_steps": int((arrays.mask_BxGxT & np.isfinite(arrays.oracle_BxGxT)).sum()),
+          "collect_seconds": round(seconds, 1),
+          "command": "python -m experiments.credit " + " ".join(sys.argv[1:]),
+          "algo": dataclasses.asdict(cfg.algo), "rollout": dataclasses.asdict(rcfg)}
+  with open(os.path.join(out_dir, "meta.json"), "w") as f:
+    json.dump(meta, f, indent=1)
+  print(f"collected {groups} x {group_size} episodes ({steps} steps, success "
+        f"{meta['success']:.3f}) in {seconds:.0f} s -> {out_dir}", flush=True)
+  return out_dir
+
+
+# -- analysis -----------------------------------------------------------------------------
+
+
+def load_arrays(out_dir: str):
+  from csa_jax.rollout import GroupArrays
+
+  with np.load(os.path.join(out_dir, "rollouts.npz")) as z:
+    arrays = GroupArrays(**{f.name: z[f.name] for f in dataclasses.fields(GroupArrays)})
+  with open(os.path.join(out_dir, "meta.json")) as f:
+    meta = json.load(f)
+  return arrays, meta
+
+
+def subsample(arrays, g: int):
+  """The first g rollouts of every group (rollouts within a group are exchangeable)."""
+  return dataclasses.replace(arrays, **{
+      f.name: getattr(arrays, f.name)[:, :g] for f in dataclasses.fields(arrays)})
+
+
+def estimator_advantages(arrays, algo_dict: dict, rollout_dict: dict) -> dict[str, np.ndarray]:
+  """Every study estimator's adv_BxGxT on the same arrays, with the run's reward shaping."""
+  import jax.numpy as jnp
+
+  from csa_jax import advantages as adv_lib
+  from csa_jax import trainer as trainer_lib
+  from csa_jax.config import AlgoConfig, RolloutConfig
+
+  algo = config_from_dict(AlgoConfig, algo_dict)
+  rollout = config_from_dict(RolloutConfig, rollout_dict)
+  rewards, step_rewards = trainer_lib.shaped_rewards(arrays, algo, rollout)
+  mask = arrays.mask_BxGxT
+  out = {}
+  for name, (est, hp) in ESTIMATORS.items():
+    if est == "csa_step":
+      _, a_s = adv_lib.csa_components(jnp.asarray(rewards), jnp.asarray(arrays.logp_BxGxT),
+                                      jnp.asarray(mask), eps=algo.eps)
+      out[name] = np.where(mask, np.asarray(a_s), 0.0)
+    elif est == "gigpo_step":
+      _, a_s, _ = adv_lib.gigpo_components(jnp.asarray(step_rewards), jnp.asarray(mask),
+                                        jnp.asarray(arrays.state_id_BxGxT), gamma=algo.gamma,
+                                        std_normalize=algo.std_normalize, eps=algo.eps)
+      out[name] = np.where(mask, np.asarray(a_s), 0.0)
+    else:
+      a = dataclasses.replace(algo, estimator=est, **hp)
+      out[name] = trainer_lib.compute_advantages(arrays, a, rollout)
+  return out
+
+
+def analyze(out_dir: str, group_sizes: tuple[int, ...] = (4, 8, 16), num_resamples: int = 400
+            ) -> list[dict]:
+  from csa_jax import credit
+
+  arrays, meta = load_arrays(out_dir)
+  label = os.path.basename(os.path.normpath(out_dir))
+  rows = []
+  for g in [g for g in group_sizes if g <= arrays.mask_BxGxT.shape[1]]:
+    sub = subsample(arrays, g)
+    advs = estimator_advantages(sub, meta["algo"], meta["rollout"])
+    won = sub.rewards_BxG > 0
+    for row in credit.credit_table(advs, sub.oracle_BxGxT, sub.mask_BxGxT, won,
+                                   num_resamples=num_resamples, seed=0):
+      rows.append({"run": label, "env": meta["env"], "policy": meta["which"], "G": g,
+                   "groups": sub.mask_BxGxT.shape[0], "success": float(sub.rewards_BxG.mean()),
+                   **row})
+  write_csv(rows, os.path.join(out_dir, "results.csv"))
+  print(f"{out_dir}: {len(rows)} rows -> results.csv", flush=True)
+  return rows
+
+
+COLUMNS = ("run", "env", "policy", "G", "groups", "success", "estimator", "metric", "value",
+           "lo", "hi", "delta_vs_grpo", "delta_lo", "delta_hi", "steps", "steps_failed",
+           "steps_won", "progress_steps")
+
+
+def write_csv(rows: list[dict], path: str) -> None:
+  with open(path, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+      w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def read_csv(path: str) -> list[dict]:
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  for r in rows:
+    for k in COLUMNS[3:]:
+      if k in r and k not in ("estimator", "metric"):
+        r[k] = float(r[k]) if r[k] not in ("", None) else float("nan")
+  return rows
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--env", choices=sorted(ENV_FAMILIES), help="the checkpoint's environment")
+  p.add_argument("--checkpoint", help="a launch.py run directory")
+  p.add_argument("--which", default="auto", choices=("auto", "sft", "rl"))
+  p.add_argument("--groups", type=int, default=64)
+  p.add_argument("--group-size", type=int, default=16, help="G collected (analysed at 4, 8, 16 <= G)")
+  p.add_argument("--num-envs", type=int, default=32)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--tasks", type=int, default=0,
+                 help="draw the groups' tasks from the first N training tasks (default all)")
+  p.add_argument("--resamples", type=int, default=400, help="bootstrap resamples over groups")
+  p.add_argument("--out", help="output directory (default runs/credit/study/NAME)")
+  p.add_argument("--analyze", nargs="+", metavar="DIR", help="re-analyse collected directories")
+  p.add_argument("--report", nargs="+", metavar="DIR", help="analysed directories -> report")
+  p.add_argument("--name", default="credit", help="report name: reports/NAME.md, reports/NAME/")
+  a = p.parse_args(argv)
+  if a.report:
+    from experiments import credit_report
+    dirs = sorted({d for pat in a.report for d in glob.glob(pat)})
+    credit_report.write_report(dirs, a.name)
+    return 0
+  dirs = a.analyze or []
+  if not dirs:
+    if not (a.env and a.checkpoint):
+      p.error("give --env and --checkpoint (collect), --analyze DIR or --report DIR")
+    name = os.path.basename(os.path.normpath(a.checkpoint)) + (f"_{a.which}" if a.which != "auto" else "")
+    dirs = [collect(a.checkpoint, a.which, a.groups, a.group_size, a.seed, a.num_envs,
+                    a.out or os.path.join("runs", "credit", "study", name), a.env, a.tasks)]
+  for d in dirs:
+    analyze(d, num_resamples=a.resamples)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

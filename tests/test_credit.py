@@ -1,0 +1,173 @@
+"""Credit-accuracy metrics (csa_jax/credit.py) against SciPy and plain loops, and the study
+command (experiments/credit.py) end to end on a tiny run."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from csa_jax import credit
+from experiments import credit as study
+from experiments import credit_report
+
+
+def _tied(rng, n, levels):
+  return rng.integers(0, levels, n).astype(np.float64)
+
+
+@pytest.mark.parametrize("levels", [3, 20, 10_000])
+def test_ranks_and_spearman_match_scipy(levels):
+  rng = np.random.default_rng(levels)
+  for _ in range(20):
+    a, b = _tied(rng, 200, levels), _tied(rng, 200, 4) + 0.3 * rng.normal(size=200).round(0)
+    np.testing.assert_allclose(credit.average_ranks(a), scipy.stats.rankdata(a), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(credit.spearman(a, b), scipy.stats.spearmanr(a, b).statistic,
+                               rtol=0, atol=1e-12)
+
+
+def test_spearman_nan_when_constant_or_too_short():
+  assert np.isnan(credit.spearman(np.ones(10), np.arange(10)))
+  assert np.isnan(credit.spearman(np.arange(10), np.zeros(10)))
+  assert np.isnan(credit.spearman(np.arange(2), np.arange(2)))
+
+
+def test_auc_matches_mann_whitney_and_pair_count():
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    s = _tied(rng, 150, 7)
+    pos = rng.random(150) < 0.3
+    u = scipy.stats.mannwhitneyu(s[pos], s[~pos]).statistic
+    expect = u / (pos.sum() * (~pos).sum())
+    pairs = np.mean([(x > y) + 0.5 * (x == y) for x in s[pos] for y in s[~pos]])
+    assert credit.auc(s, pos) == pytest.approx(expect, abs=1e-12)
+    assert credit.auc(s, pos) == pytest.approx(pairs, abs=1e-12)
+  assert np.isnan(credit.auc(np.arange(5.0), np.zeros(5, bool)))
+
+
+def _arrays(rng, b=6, g=4, t=7):
+  mask = np.zeros((b, g, t), bool)
+  for i in range(b):
+    for j in range(g):
+      mask[i, j, :rng.integers(1, t + 1)] = True
+  oracle = np.where(rng.random((b, g, t)) < 0.8, rng.integers(-1, 2, (b, g, t)), np.nan)
+  oracle = np.where(mask, oracle, 7.0)  # junk past the end: must be ignored
+  won = rng.random((b, g)) < 0.5
+  adv = rng.normal(size=(b, g, t)) + np.nan_to_num(oracle) * 0.5
+  return adv, oracle, mask, won
+
+
+def test_labelled_steps_and_point_metrics_match_a_loop():
+  rng = np.random.default_rng(1)
+  adv, oracle, mask, won = _arrays(rng)
+  rows = []  # (adv, label, won) for every step that exists and has a label
+  for i in range(mask.shape[0]):
+    for j in range(mask.shape[1]):
+      for k in range(mask.shape[2]):
+        if mask[i, j, k] and not np.isnan(oracle[i, j, k]):
+          rows.append((adv[i, j, k], oracle[i, j, k], won[i, j]))
+  a, y, w = map(np.array, zip(*rows))
+  m = credit.metric_values(credit.labelled_steps(adv, oracle, mask, won))
+  assert m["spearman"] == pytest.approx(scipy.stats.spearmanr(a, y).statistic, abs=1e-12)
+  assert m["spearman_won"] == pytest.approx(scipy.stats.spearmanr(a[w], y[w]).statistic, abs=1e-12)
+  assert m["spearman_failed"] == pytest.approx(scipy.stats.spearmanr(a[~w], y[~w]).statistic,
+                                               abs=1e-12)
+  u = scipy.stats.mannwhitneyu(a[y > 0], a[y <= 0]).statistic
+  assert m["auc"] == pytest.approx(u / ((y > 0).sum() * (y <= 0).sum()), abs=1e-12)
+
+
+def test_bootstrap_resamples_whole_groups():
+  rng = np.random.default_rng(2)
+  adv, oracle, mask, won = _arrays(rng)
+  steps = credit.labelled_steps(adv, oracle, mask, won)
+  got = credit.bootstrap_groups(steps, mask.shape[0], credit.metric_values, 30, seed=5)
+  draws = np.random.default_rng(5)
+  for boot in got:
+    pick = draws.integers(0, mask.shape[0], mask.shape[0])
+    a = np.concatenate([adv[b][mask[b] & ~np.isnan(oracle[b])] for b in pick])
+    y = np.concatenate([oracle[b][mask[b] & ~np.isnan(oracle[b])] for b in pick])
+    assert boot["spearman"] == pytest.approx(scipy.stats.spearmanr(a, y).statistic, abs=1e-12)
+  vals = [b["spearman"] for b in got]
+  lo, hi = credit.percentile_ci(vals)
+  assert (lo, hi) == pytest.approx(tuple(np.percentile(vals, [2.5, 97.5])), abs=1e-12)
+
+
+def test_credit_table_pairs_estimators_with_grpo():
+  rng = np.random.default_rng(3)
+  adv, oracle, mask, won = _arrays(rng)
+  rows = credit.credit_table({"grpo": adv, "same": adv.copy(), "perfect": np.nan_to_num(oracle)},
+                             oracle, mask, won, num_resamples=50)
+  by = {(r["estimator"], r["metric"]): r for r in rows}
+  same = by[("same", "spearman")]
+  assert same["delta_vs_grpo"] == 0 and same["delta_lo"] == 0 and same["delta_hi"] == 0
+  assert by[("perfect", "spearman")]["value"] == pytest.approx(1.0)
+  assert by[("perfect", "auc")]["value"] == pytest.approx(1.0)
+  assert by[("grpo", "spearman")]["lo"] <= by[("grpo", "spearman")]["value"] <= by[("grpo", "spearman")]["hi"]
+  assert "delta_vs_grpo" not in by[("grpo", "auc")]
+
+
+def test_study_estimators_decompose():
+  """csa_step is CSA's step term: csa(lam=1) - csa(lam=0.5) = csa_step / 2 on active steps;
+  gigpo - gigpo_step is constant within an episode (its episode term)."""
+  from csa_jax.rollout import GroupArrays
+  rng = np.random.default_rng(4)
+  b, g, t = 5, 6, 8
+  mask = np.zeros((b, g, t), bool)
+  for i in range(b):
+    for j in range(g):
+      mask[i, j, :rng.integers(1, t + 1)] = True
+  won = (rng.random((b, g)) < 0.5).astype(np.float32)
+  step_r = np.zeros((b, g, t), np.float32)
+  last = mask.sum(-1) - 1
+  step_r[np.arange(b)[:, None], np.arange(g)[None], last] = won
+  arrays = GroupArrays(won, (rng.normal(size=(b, g, t)) * mask).astype(np.float32), mask, step_r,
+                       rng.integers(0, 3, (b, g, t)).astype(np.int32),
+                       np.full((b, g, t), np.nan, np.float32), np.ones((b, g, t), np.int32),
+                       np.zeros((b, g, t), bool))
+  from csa_jax.config import AlgoConfig, RolloutConfig
+  import dataclasses
+  advs = study.estimator_advantages(arrays, dataclasses.asdict(AlgoConfig()),
+                                    dataclasses.asdict(RolloutConfig(max_turns=t)))
+  assert set(advs) == set(study.ESTIMATORS)
+  np.testing.assert_allclose((advs["csa_lam1"] - advs["csa_lam0.5"])[mask],
+                             0.5 * advs["csa_step"][mask], atol=1e-5)
+  assert np.abs(advs["csa_step"][mask]).max() > 0
+  ep = np.where(mask, advs["gigpo"] - advs["gigpo_step"], np.nan)
+  np.testing.assert_allclose(np.nanmax(ep, -1), np.nanmin(ep, -1), atol=1e-5)
+  assert not np.any(advs["csa_step"][~mask])
+
+
+def test_credit_command_end_to_end(tmp_path):
+  """A tiny SFT + 1 RL iteration run; the study on both checkpoints; re-analysis; report."""
+  from csa_jax.trainer import Trainer
+  from tests.test_trainer import tiny_cfg
+
+  run = str(tmp_path / "run")
+  Trainer(tiny_cfg(1, tmp_path / "demos"), run).run()
+  outs = []
+  for which in ("sft", "rl"):
+    out = str(tmp_path / f"study_{which}")
+    assert study.main(["--env", "quickstart", "--checkpoint", run, "--which", which,
+                       "--groups", "3", "--group-size", "4", "--num-envs", "12",
+                       "--resamples", "20", "--out", out]) == 0
+    outs.append(out)
+    meta = json.load(open(os.path.join(out, "meta.json")))
+    assert meta["which"] == ("sft" if which == "sft" else "rl iteration 1")
+    rows = study.read_csv(os.path.join(out, "results.csv"))
+    assert {r["G"] for r in rows} == {4.0}  # G = 8 and 16 exceed the 4 collected
+    assert {r["estimator"] for r in rows} == set(study.ESTIMATORS)
+    assert len(rows) == len(study.ESTIMATORS) * len(credit.METRICS)
+  with np.load(os.path.join(outs[0], "rollouts.npz")) as z:
+    assert z["mask_BxGxT"].shape[:2] == (3, 4)
+  before = open(os.path.join(outs[0], "results.csv")).read()
+  assert study.main(["--analyze", outs[0], "--resamples", "20"]) == 0
+  assert open(os.path.join(outs[0], "results.csv")).read() == before  # deterministic
+  with pytest.raises(ValueError, match="environment"):
+    study.main(["--env", "alfworld", "--checkpoint", run, "--groups", "1", "--group-size", "2",
+                "--out", str(tmp_path / "x")])
+  path = credit_report.write_report(outs, "credit_test", reports_dir=str(tmp_path / "reports"))
+  text = open(path).read()
+  assert "study_sft" in text and "study_rl" in text and "csa_step" in text
+  for f in ("summary.csv", "metrics_G8.png", "vs_G.png", "runs/study_rl/meta.json"):
+    assert os.path.exists(tmp_path / "reports" / "credit_test" / f)
