@@ -64,9 +64,10 @@ def main(argv=None) -> int:
   if args.resume and not has_ckpt:
     fail(f"--resume: no checkpoint in {ckpt_dir}")
 
+  from csa_jax.algorithms import label
   from csa_jax.trainer import Trainer, summary_table
   print(f"experiment {cfg.name}: env {cfg.env.name} {dict(cfg.env.kwargs)}, "
-        f"estimator {cfg.algo.estimator}, mesh {cfg.mesh}, workdir {workdir}")
+        f"method {label(cfg.algo)}, mesh {cfg.mesh}, workdir {workdir}")
   summary = Trainer(cfg, workdir, resume=args.resume).run()
   print()
   print(f"Held-out evaluation ({cfg.eval.num_episodes} tasks of the {cfg.env.eval_split} "
