@@ -2,7 +2,12 @@
 
 With no arguments it runs the embedded default experiment, `quickstart`. Bad input (an
 unknown experiment, an unknown or ill-typed --set key, a mesh that does not fit the
-devices, --resume without a checkpoint) ends with one line that says what is wrong.
+devices, --resume without a checkpoint, an environment argument, split or task range the
+environment refuses, a model directory that does not load, budgets too small for the
+environment's prompts or actions, a demonstrations cache from another environment
+version) ends with one line that says what is wrong, exit code 2, and nothing written.
+SIGTERM or Ctrl-C stop the run after the current RL iteration with a checkpoint saved
+(exit code 128 + the signal) and say how to continue; a second signal exits at once.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
+import shutil
 import sys
 
 
@@ -28,6 +35,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def fail(msg: str) -> None:
   print(f"launch.py: error: {msg}", file=sys.stderr)
   sys.exit(2)
+
+
+def method_name(cfg) -> str:
+  """"method estimator csa", "method istar", ...: what drives the run's RL iterations."""
+  from csa_jax.algorithms import label
+  return f"method {label(cfg.algo)}"
 
 
 def main(argv=None) -> int:
@@ -64,11 +77,32 @@ def main(argv=None) -> int:
   if args.resume and not has_ckpt:
     fail(f"--resume: no checkpoint in {ckpt_dir}")
 
-  from csa_jax.algorithms import label
-  from csa_jax.trainer import Trainer, summary_table
+  from csa_jax.checkpoint import CheckpointError
+  from csa_jax.signals import Interrupted
+  from csa_jax.trainer import (NonFiniteError, SetupError, Trainer, check_environment,
+                               summary_table)
+  from environments.demos import DemosError
+  try:
+    check_environment(cfg)  # before anything is written
+  except SetupError as e:
+    fail(str(e))
   print(f"experiment {cfg.name}: env {cfg.env.name} {dict(cfg.env.kwargs)}, "
-        f"method {label(cfg.algo)}, mesh {cfg.mesh}, workdir {workdir}")
-  summary = Trainer(cfg, workdir, resume=args.resume).run()
+        f"{method_name(cfg)}, mesh {cfg.mesh}, workdir {workdir}")
+  created = not os.path.exists(workdir)
+  try:
+    summary = Trainer(cfg, workdir, resume=args.resume).run()
+  except (SetupError, CheckpointError, DemosError) as e:
+    if created:  # refused at start: leave nothing half-written behind
+      shutil.rmtree(workdir, ignore_errors=True)
+    fail(str(e))
+  except Interrupted as e:
+    again = " ".join(["python", "launch.py"] + [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)])
+    more = (f"; continue with: {again}{'' if args.resume else ' --resume'}" if e.saved else "")
+    print(f"launch.py: {e}{more}", file=sys.stderr)
+    return e.exit_code
+  except NonFiniteError as e:
+    print(f"launch.py: error: {e} (checkpoints in {ckpt_dir})", file=sys.stderr)
+    return 1
   print()
   print(f"Held-out evaluation ({cfg.eval.num_episodes} tasks of the {cfg.env.eval_split} "
         "split, never trained on):")

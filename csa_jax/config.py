@@ -171,6 +171,9 @@ class OptimConfig:
   grad_clip: float = 1.0
   b1: float = 0.9
   b2: float = 0.99
+  # An update whose loss or gradient is not finite is skipped (parameters and optimizer
+  # state unchanged); this many skipped in a row stop the run (0: never stop).
+  max_nonfinite_in_a_row: int = 3
 
 
 @dataclasses.dataclass(frozen=True)

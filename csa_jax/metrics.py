@@ -86,9 +86,10 @@ class MetricsWriter:
       self._tb.flush()
 
   def drop_after(self, step: int) -> None:
-    """Removes the JSONL lines of steps after `step` (resuming from a checkpoint there)."""
+    """Removes the JSONL lines of steps after `step` (resuming from a checkpoint there),
+    and a last line cut short by a kill mid-write."""
     self._f.close()
-    kept = [r for r in read_jsonl(self.path) if r["step"] <= step]
+    kept = [r for r in read_jsonl(self.path, tolerate_partial_last=True) if r["step"] <= step]
     with open(self.path, "w") as f:
       f.writelines(json.dumps(r) + "\n" for r in kept)
     self._f = open(self.path, "a")
@@ -99,9 +100,12 @@ class MetricsWriter:
       self._tb.close()
 
 
-def read_jsonl(path: str) -> list[dict[str, Any]]:
+def read_jsonl(path: str, tolerate_partial_last: bool = False) -> list[dict[str, Any]]:
   with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+    lines = [line for line in f if line.strip()]
+  if tolerate_partial_last and lines and not lines[-1].endswith("\n"):
+    lines = lines[:-1]  # a write the process did not live to finish
+  return [json.loads(line) for line in lines]
 
 
 def plot_learning_curve(jsonl_path: str, png_path: str, title: str = "") -> str:

@@ -192,6 +192,15 @@ def build_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
   return EncodedPrompt(ids, dropped)
 
 
+def prompt_budget_needed(tok: Tokenizer, task: str, admissible: Sequence[str], *,
+                         fmt: PromptFormat = PLAIN) -> int:
+  """The smallest `max_tokens` at which `build_prompt` keeps the task line and the whole
+  action list (they get at most a quarter and a half of the budget: hence 4x and 2x)."""
+  head = len(tok.encode(prompt_parts(task, [], "", admissible)[0]))
+  tail = len(tok.encode(_tail_text(list(admissible), more=False)))
+  return max(4 * head, 2 * tail) + len(fmt.prefix_ids) + len(fmt.suffix_ids)
+
+
 def encode_prompt(tok: Tokenizer, task: str, history: Sequence[tuple[str, str]],
                   observation: str, admissible: Sequence[str], *, history_turns: int,
                   max_tokens: int, min_obs_tokens: int = 48,

@@ -36,11 +36,13 @@ from csa_jax import train_step as ts
 # Re-exported: the estimator methods' reward shaping and advantages live with them now.
 from csa_jax.algorithms.estimator import compute_advantages, shaped_rewards  # noqa: F401
 from csa_jax.checkpoint import Checkpointer, CheckpointError
-from csa_jax.config import ExperimentConfig, demos_dir, to_dict
+from csa_jax.config import ConfigError, ExperimentConfig, demos_dir, to_dict
+from csa_jax.signals import Interrupted, StopOnSignal
 from csa_jax.model import Decoder, hf
 from csa_jax.tokenizer import Tokenizer, train_bpe
 from environments import demos as demos_lib
 from environments.pool import EnvPool
+from environments.registry import make_env
 
 
 # ----------------------------------------------------------------------------------------
@@ -86,26 +88,42 @@ def sampling_config(cfg: ExperimentConfig, tok: Tokenizer, *, greedy: bool
       top_k=r.top_k, greedy=greedy, stop_token_ids=(tok.eos_id,))
 
 
-def make_policy(graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *, greedy: bool,
-                key: jax.Array, mesh=None) -> rollout_lib.PolicyFn:
-  """Wraps the jitted sampler as a host-side policy over lists of token ids."""
-  scfg = sampling_config(cfg, tok, greedy=greedy)
-  state = {"key": key}
+class SamplerPolicy:
+  """The jitted sampler as a host-side policy over lists of token ids.
 
-  def policy(prompts: list[list[int]], rng: np.random.Generator):
+  Its randomness is its own jax key stream (`key`, split once per call), which the
+  checkpoint saves so that a resumed run samples what the uninterrupted one would have.
+  """
+
+  def __init__(self, graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *,
+               greedy: bool, key: jax.Array, mesh=None):
+    self._graphdef, self._get_params, self._tok, self._mesh = graphdef, get_params, tok, mesh
+    self._scfg = sampling_config(cfg, tok, greedy=greedy)
+    self._bucket = cfg.rollout.max_prompt_tokens
+    self.key = key
+
+  def __call__(self, prompts: list[list[int]], rng: np.random.Generator):
     del rng  # the sampler's randomness comes from its own jax key stream
     # One bucket as wide as the prompt budget: a single compiled shape for the run.
-    tokens, mask = sampling.left_pad(prompts, tok.pad_id, bucket=cfg.rollout.max_prompt_tokens)
-    state["key"], sub = jax.random.split(state["key"])
-    model = nnx.merge(graphdef, get_params())
-    out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub, cfg=scfg,
-                          pad_id=tok.pad_id, mesh=mesh)
+    tokens, mask = sampling.left_pad(prompts, self._tok.pad_id, bucket=self._bucket)
+    self.key, sub = jax.random.split(self.key)
+    model = nnx.merge(self._graphdef, self._get_params())
+    out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
+                          cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh)
     ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
                         np.asarray(out.lengths_B))
     return ([ids[i, :lens[i]].tolist() for i in range(len(prompts))],
             [logps[i, :lens[i]].tolist() for i in range(len(prompts))])
 
-  return policy
+  # The key as JSON (the checkpoint's meta) and back.
+  def key_state(self) -> list[int]:
+    return np.asarray(jax.random.key_data(self.key)).tolist()
+
+  def set_key_state(self, data: list[int]) -> None:
+    self.key = jax.random.wrap_key_data(np.asarray(data, np.uint32))
+
+
+make_policy = SamplerPolicy
 
 
 def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
@@ -117,6 +135,79 @@ def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
     trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, cfg.rollout,
                                      np.random.default_rng(0), on_wave=bar.update, fmt=fmt)
   return metrics_lib.episode_metrics(trajs, prefix), trajs
+
+
+class SetupError(ConfigError):
+  """A run that cannot work as configured, found at start-up (one line says why)."""
+
+
+def check_environment(cfg: ExperimentConfig) -> None:
+  """Builds one environment here and resets the first training and held-out tasks, so
+  that a bad environment argument, split or task range is one line before anything is
+  written, not a traceback from a worker minutes later."""
+  e = cfg.env
+  what = f"environment {e.name} {dict(e.kwargs)}"
+  try:
+    env = make_env(e.name, **dict(e.kwargs))
+  except Exception as err:  # pylint: disable=broad-except  (any engine's own error)
+    raise SetupError(f"{what}: {_one_line(err)}") from None
+  try:
+    for split, first, count, field in (
+        (e.train_split, 0, e.num_train_tasks, "env.num_train_tasks"),
+        (e.eval_split, cfg.eval.first_task, cfg.eval.num_episodes,
+         "eval.first_task + eval.num_episodes")):
+      try:
+        n = env.num_tasks(split)
+        env.reset(split, first)
+      except Exception as err:  # pylint: disable=broad-except
+        raise SetupError(f"{what}, split {split!r}: {_one_line(err)}") from None
+      if first + count > n:
+        raise SetupError(f"{field} = {first + count} but {what} has {n} tasks in split "
+                         f"{split!r}")
+  finally:
+    env.close()
+
+
+def _one_line(err: BaseException) -> str:
+  # A KeyError's str() is the repr of its message: take the message itself.
+  text = (str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+          ).strip().splitlines()
+  return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+class NonFiniteError(RuntimeError):
+  """Too many updates in a row had a non-finite loss or gradient: the run diverged."""
+
+
+class NonFiniteGuard:
+  """Counts the updates the jitted step skipped (`train_step.apply_update`) and stops
+  the run after `limit` in a row (0: never), naming where and what was not finite."""
+
+  def __init__(self, limit: int):
+    self.limit, self.in_a_row, self.total = limit, 0, 0
+
+  def observe(self, metrics: dict, where: str) -> bool:
+    """True when this update was skipped."""
+    what = [name for name in ("loss", "grad") if float(metrics[f"nonfinite_{name}"]) > 0]
+    if not what:
+      self.in_a_row = 0
+      return False
+    self.in_a_row += 1
+    self.total += 1
+    if self.limit and self.in_a_row >= self.limit:
+      raise NonFiniteError(
+          f"{where}: {self.in_a_row} updates in a row skipped because the "
+          f"{' and the '.join('gradient' if w == 'grad' else w for w in what)} "
+          f"{'were' if len(what) > 1 else 'was'} not finite "
+          f"(optim.max_nonfinite_in_a_row={self.limit}); lower optim.learning_rate or "
+          "resume from an earlier checkpoint")
+    return True
+
+  def state(self) -> dict:
+    return {"in_a_row": self.in_a_row, "total": self.total}
+
+  def load(self, state: dict) -> None:
+    self.in_a_row, self.total = int(state["in_a_row"]), int(state["total"])
 
 
 # ----------------------------------------------------------------------------------------
@@ -145,6 +236,8 @@ class Trainer:
     self.aux: Any = {}  # the method's auxiliary state (models, optimizer states)
     self.env_steps = 0
     self.summary: dict[str, Any] = {}
+    self.guard = NonFiniteGuard(c.optim.max_nonfinite_in_a_row)
+    self.stop = StopOnSignal()
 
   # -- set-up --------------------------------------------------------------------------
 
@@ -169,9 +262,12 @@ class Trainer:
     freshly initialised decoder of `model`'s shape."""
     c = self.cfg
     if c.model_path:
-      model, tok = hf.from_pretrained(c.model_path, dtype=c.model.dtype,
-                                      param_dtype=c.model.param_dtype,
-                                      mesh=self.mesh, rules=mesh_lib.TRAIN_RULES)
+      try:
+        model, tok = hf.from_pretrained(c.model_path, dtype=c.model.dtype,
+                                        param_dtype=c.model.param_dtype,
+                                        mesh=self.mesh, rules=mesh_lib.TRAIN_RULES)
+      except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
+        raise SetupError(f"model_path {c.model_path}: {str(e).splitlines()[0]}") from None
       fmt = (rollout_lib.PromptFormat.chat(tok) if tok.chat_template
              else rollout_lib.PromptFormat(action_prefix=" "))
     else:
@@ -190,6 +286,31 @@ class Trainer:
     graphdef, params = nnx.split(model, nnx.Param)
     return tok, fmt, graphdef, params
 
+  def _check_budgets(self, pool, records) -> None:
+    """Refuses (SetupError) prompt and action budgets that cannot hold what the
+    environment asks: the task line and the whole first action list of each
+    demonstration (or of the first training tasks' resets), and every expert action."""
+    c, r = self.cfg, self.cfg.rollout
+    if records is not None:
+      firsts = [(rec["task"], rec["admissible"][0]) for rec in records]
+      actions = [a for rec in records for a in rec["actions"]]
+    else:  # SFT taken from another run: look at the environment itself
+      slots = list(range(min(pool.num_envs, 4)))
+      res = pool.reset(slots, [(c.env.train_split, i) for i in slots])
+      firsts = [(x.info.task, x.info.admissible_actions) for x in res
+                if not x.info.error]
+      actions = [a for a in pool.expert_action(slots) if a]
+    need = max((rollout_lib.prompt_budget_needed(self.tok, *f, fmt=self.fmt) for f in firsts),
+               default=0)
+    if r.max_prompt_tokens < need:
+      raise SetupError(f"rollout.max_prompt_tokens={r.max_prompt_tokens} cannot hold the task "
+                       f"line and the action list of {c.env.name}'s first steps: at least "
+                       f"{need} fit (model.max_seq_len must allow it plus the action budget)")
+    need = max((len(self.tok.encode(self.fmt.action_prefix + a)) + 1 for a in actions), default=0)
+    if r.max_action_tokens < need:
+      raise SetupError(f"rollout.max_action_tokens={r.max_action_tokens} cannot hold the expert's "
+                       f"actions (and the end token): at least {need} fit")
+
   # -- phases --------------------------------------------------------------------------
 
   def _sft(self, graphdef, params, tok, records) -> Any:
@@ -201,8 +322,11 @@ class Trainer:
     step = ts.make_sft_step(graphdef, tx)
     metrics = {}
     with tqdm(total=len(ds), desc="sft", unit="batch") as bar:
-      for batch in data_lib.iterate(ds):
+      for i, batch in enumerate(data_lib.iterate(ds)):
         state, metrics = step(state, self._to_device(batch))
+        self.guard.observe(metrics, f"SFT batch {i + 1}")
+        if self.stop.requested:  # SFT is not checkpointed midway: abandon it
+          raise Interrupted(self.stop.requested, None, None)
         bar.update()
         bar.set_postfix(nll=f"{float(metrics['nll']):.3f}")
     self.writer.write(0, {f"sft/{k}": float(v) for k, v in metrics.items()} |
@@ -279,15 +403,25 @@ class Trainer:
     if prep.skip:
       return state, m | {"perf/update_skipped": 1.0, "perf/update_s": 0.0}
     t2 = time.perf_counter()
-    state, upd = self.algo.update(self.ctx, rl_step, state, prep, it, ref_params)
+    skipped = 0
+
+    def observe(upd) -> None:  # every policy step passes the host's non-finite guard
+      nonlocal skipped
+      skipped += self.guard.observe(upd, f"RL iteration {it + 1}")
+
+    state, upd = self.algo.update(self.ctx, rl_step, state, prep, it, ref_params, observe)
     m |= {f"loss/{k}": float(v) for k, v in upd.items()}
-    m |= {"perf/update_s": time.perf_counter() - t2, "perf/update_skipped": 0.0}
+    m |= {"perf/update_s": time.perf_counter() - t2, "perf/update_skipped": 0.0,
+          "loss/nonfinite_skipped": skipped, "loss/nonfinite_total": self.guard.total}
     return state, m
 
   def _tokenizer_and_sft_source(self):
     """(records or None, tokenizer, format, graphdef, params): with `sft.init_from` the
     tokenizer is that run's and no demonstrations are read."""
     c = self.cfg
+    if c.model_path:  # load it first: a bad model directory fails before demos are built
+      policy = self._policy(None)
+      return (None if c.sft.init_from else self._demos(), *policy)
     if not c.sft.init_from:
       records = self._demos()
       return (records, *self._policy(records))
@@ -323,90 +457,120 @@ class Trainer:
     return self.sft_ckpt.restore(params_template)[0]
 
   def run(self) -> dict[str, Any]:
+    """Runs (or resumes) the experiment; the summary of its held-out evaluations.
+
+    SIGTERM/SIGINT stop it after the current RL iteration with a checkpoint saved
+    (`Interrupted`); whatever ends it, the metrics are flushed and pending saves finish.
+    """
     c = self.cfg
-    with EnvPool(c.env.name, dict(c.env.kwargs), c.rollout.num_envs,
-                 backend=c.env.pool_backend, step_timeout_s=c.rollout.step_timeout_s) as pool:
-      records, self.tok, self.fmt, graphdef, params = self._tokenizer_and_sft_source()
-      tx = ts.make_optimizer(c.optim)
-      state = ts.init_state(params, tx)
-      self.aux = self.algo.init_aux(c, state.params)  # also the template to restore into
-      meta = {"phase": "start", "iteration": 0}
-      if self.resume:
-        tree, meta = self.ckpt.restore(algorithms.pack_state(state, self.aux))
-        state, self.aux = algorithms.unpack_state(tree, self.aux)
-        self.env_steps = int(meta["env_steps"])
-        self.np_rng.bit_generator.state = meta["np_rng"]
-        self.summary = meta["summary"]
-        # Iterations logged after the checkpoint are replayed; drop their old lines.
-        self.writer.drop_after(int(meta["iteration"]))
-        print(f"resumed from {self.ckpt.directory} at {meta['phase']} "
-              f"iteration {meta['iteration']}")
-      live = {"params": state.params}
-      key = jax.random.key(c.seed)
-      sample_policy = make_policy(graphdef, lambda: live["params"], self.tok, c, greedy=False,
-                                  key=jax.random.fold_in(key, 1), mesh=self.mesh)
-      # Held-out evaluation: greedy actions ("eval/") and, if asked, sampled ones at the
-      # rollout temperature ("eval_sampled/"), the policy RL actually optimises.
-      evals = [("eval" if greedy else "eval_sampled",
-                make_policy(graphdef, lambda: live["params"], self.tok, c, greedy=greedy,
-                            key=jax.random.fold_in(key, 2 + greedy), mesh=self.mesh))
-               for greedy, on in ((True, c.eval.greedy), (False, c.eval.sampled)) if on]
-
-      def evaluate_all(label: str) -> dict:
-        out = {}
-        for prefix, policy in evals:
-          out |= evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix, self.fmt)[0]
-        return out
-
-      if meta["phase"] == "start":
-        params, m = self._sft_stage(graphdef, state.params, records)
-        state = ts.init_state(params, tx)
-        self.aux = self.algo.init_aux(c, state.params)
-        live["params"] = state.params
-        if m is None:
-          m = evaluate_all("SFT")
-        # workdir/sft: the KL reference, and the start of any run naming this one in
-        # `sft.init_from`.
-        if self.sft_ckpt.latest_step() is None:
-          self.sft_ckpt.save(0, state.params, {"sft_eval": m})
-          self.sft_ckpt.wait()
-        self.summary["sft"] = m
-        self.writer.write(0, m | {"perf/env_steps_total": 0})
-        meta = {"phase": "rl", "iteration": 0}
-        self._save(0, state, meta)
-      ref_params = self.ref_params = self._kl_reference(state.params)
-      self.ctx = self._context(graphdef, tx, pool, live, ref_params)
-      rl_step = self.algo.make_step(self.ctx)
-
-      start = int(meta["iteration"])
-      with tqdm(total=c.rl_iterations, initial=start, desc=f"rl ({algorithms.label(c.algo)})",
-                unit="it") as bar:
-        for it in range(start, c.rl_iterations):
-          state, m = self._rl_iteration(it, pool, sample_policy, rl_step, state, ref_params)
-          live["params"] = state.params
-          if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
-            m |= evaluate_all(f"it {it + 1}")
-          self.writer.write(it + 1, m)
-          bar.update()
-          bar.set_postfix(success=f"{m.get('rollout/success', float('nan')):.2f}",
-                          steps=self.env_steps)
-          if (it + 1) % c.checkpoint_every == 0:
-            self._save(it + 1, state, {"phase": "rl", "iteration": it + 1})
-      if c.rl_iterations > 0 and meta["phase"] != "done":
-        m = evaluate_all("RL")
-        self.summary["rl"] = m
-        self.writer.write(c.rl_iterations, m | {"perf/env_steps_total": self.env_steps})
-        self._save(c.rl_iterations, state, {"phase": "done", "iteration": c.rl_iterations})
-    self.ckpt.close()
-    self.sft_ckpt.close()
-    self.writer.close()
+    try:
+      with self.stop, EnvPool(c.env.name, dict(c.env.kwargs), c.rollout.num_envs,
+                              backend=c.env.pool_backend,
+                              step_timeout_s=c.rollout.step_timeout_s) as pool:
+        self._run(pool)
+    finally:
+      self.ckpt.close()
+      self.sft_ckpt.close()
+      self.writer.close()
     metrics_lib.plot_learning_curve(self.writer.path, os.path.join(self.workdir, "learning_curve.png"),
                                     title=f"{c.name}: {algorithms.label(c.algo)}")
     return self.summary
 
+  def _run(self, pool) -> None:
+    c = self.cfg
+    records, self.tok, self.fmt, graphdef, params = self._tokenizer_and_sft_source()
+    self._check_budgets(pool, records)
+    tx = ts.make_optimizer(c.optim)
+    state = ts.init_state(params, tx)
+    self.aux = self.algo.init_aux(c, state.params)  # also the template to restore into
+    live = {"params": state.params}
+    key = jax.random.key(c.seed)
+    # Rollouts sample at the rollout temperature; held-out evaluation takes greedy actions
+    # ("eval/") and, if asked, sampled ones ("eval_sampled/"), the policy RL optimises.
+    self.policies = {"rollout": SamplerPolicy(graphdef, lambda: live["params"], self.tok, c,
+                                              greedy=False, key=jax.random.fold_in(key, 1),
+                                              mesh=self.mesh)}
+    for prefix, greedy, on in (("eval", True, c.eval.greedy),
+                               ("eval_sampled", False, c.eval.sampled)):
+      if on:
+        self.policies[prefix] = SamplerPolicy(graphdef, lambda: live["params"], self.tok, c,
+                                              greedy=greedy,
+                                              key=jax.random.fold_in(key, 2 + greedy),
+                                              mesh=self.mesh)
+    meta = {"phase": "start", "iteration": 0}
+    if self.resume:
+      state, meta = self._restore(state)
+      live["params"] = state.params
+      if meta["phase"] == "done" and c.rl_iterations > int(meta["iteration"]):
+        meta["phase"] = "rl"  # a finished run extended with a larger rl_iterations
+
+    eval_keys = {k: p.key for k, p in self.policies.items() if k != "rollout"}
+
+    def evaluate_all(label: str) -> dict:
+      """Every evaluation samples with the same keys: SFT and RL are compared on common
+      random numbers, and an evaluation depends on nothing but the parameters."""
+      out = {}
+      for prefix, key in eval_keys.items():
+        policy = self.policies[prefix]
+        policy.key = key
+        out |= evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix, self.fmt)[0]
+      return out
+
+    if meta["phase"] == "start":
+      params, m = self._sft_stage(graphdef, state.params, records)
+      state = ts.init_state(params, tx)
+      self.aux = self.algo.init_aux(c, state.params)
+      live["params"] = state.params
+      if m is None:
+        m = evaluate_all("SFT")
+      # workdir/sft: the KL reference, and the start of any run naming this one in
+      # `sft.init_from`.
+      if self.sft_ckpt.latest_step() is None:
+        self.sft_ckpt.save(0, state.params, {"sft_eval": m})
+        self.sft_ckpt.wait()
+      self.summary["sft"] = m
+      self.writer.write(0, m | {"perf/env_steps_total": 0})
+      meta = {"phase": "rl", "iteration": 0}
+      self._save(0, state, meta)
+    ref_params = self.ref_params = self._kl_reference(state.params)
+    self.ctx = self._context(graphdef, tx, pool, live, ref_params)
+    rl_step = self.algo.make_step(self.ctx)
+
+    start = int(meta["iteration"])
+    with tqdm(total=c.rl_iterations, initial=start, desc=f"rl ({algorithms.label(c.algo)})",
+              unit="it") as bar:
+      for it in range(start, c.rl_iterations):
+        if self.stop.requested:  # during SFT's evaluation or a resume: `it` is saved
+          raise Interrupted(self.stop.requested, self.ckpt.directory, it)
+        state, m = self._rl_iteration(it, pool, self.policies["rollout"], rl_step, state,
+                                      ref_params)
+        live["params"] = state.params
+        if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
+          m |= evaluate_all(f"it {it + 1}")
+        self.writer.write(it + 1, m)
+        bar.update()
+        bar.set_postfix(success=f"{m.get('rollout/success', float('nan')):.2f}",
+                        steps=self.env_steps)
+        if (it + 1) % c.checkpoint_every == 0 or self.stop.requested:
+          self._save(it + 1, state, {"phase": "rl", "iteration": it + 1})
+        if self.stop.requested:
+          raise Interrupted(self.stop.requested, self.ckpt.directory, it + 1)
+    if c.rl_iterations > 0 and meta["phase"] != "done":
+      m = evaluate_all("RL")
+      self.summary["rl"] = m
+      self.writer.write(c.rl_iterations, m | {"perf/env_steps_total": self.env_steps})
+      self._save(c.rl_iterations, state, {"phase": "done", "iteration": c.rl_iterations})
+
+  # -- checkpoints ----------------------------------------------------------------------
+
   def _save(self, step: int, state, meta: dict) -> None:
+    """Everything that shapes the rest of the run: the train state, and in the meta the
+    host side (phase, iteration, env steps, the task-sampling numpy RNG, the rollout
+    sampler's key, the non-finite counters). Minibatch order is seeded by the iteration
+    and evaluation keys are fixed, so neither needs saving."""
     meta = meta | {"env_steps": self.env_steps, "np_rng": self.np_rng.bit_generator.state,
-                   "summary": self.summary}
+                   "summary": self.summary, "nonfinite": self.guard.state(),
+                   "rollout_key": self.policies["rollout"].key_state()}
     self.ckpt.save(step, algorithms.pack_state(state, self.aux),
                    json.loads(json.dumps(meta, default=float)))
 
@@ -416,8 +580,8 @@ class Trainer:
     c = self.cfg
 
     def play(tasks, play_key):
-      policy = make_policy(graphdef, lambda: live["params"], self.tok, c, greedy=False,
-                           key=play_key, mesh=self.mesh)
+      policy = SamplerPolicy(graphdef, lambda: live["params"], self.tok, c, greedy=False,
+                             key=play_key, mesh=self.mesh)
       return rollout_lib.run_episodes(pool, policy, self.tok, tasks, c.rollout,
                                       np.random.default_rng(0), fmt=self.fmt)
 
@@ -426,6 +590,20 @@ class Trainer:
         batches=lambda rows, bs, *, seed, epochs: self._batches(rows, bs, seed=seed, epochs=epochs),
         to_device=self._to_device, pad_id=self.tok.pad_id, play=play, workdir=self.workdir,
         ref_params=ref_params)
+
+  def _restore(self, state) -> tuple[Any, dict]:
+    tree, meta = self.ckpt.restore(algorithms.pack_state(state, self.aux))
+    state, self.aux = algorithms.unpack_state(tree, self.aux)
+    self.env_steps = int(meta["env_steps"])
+    self.np_rng.bit_generator.state = meta["np_rng"]
+    self.summary = meta["summary"]
+    self.guard.load(meta["nonfinite"])
+    self.policies["rollout"].set_key_state(meta["rollout_key"])
+    # Iterations logged after the checkpoint are replayed; drop their old lines.
+    self.writer.drop_after(int(meta["iteration"]))
+    print(f"resumed from {self.ckpt.directory} at {meta['phase']} "
+          f"iteration {meta['iteration']}")
+    return state, meta
 
 
 def summary_table(summary: dict[str, Any], split: str) -> str:

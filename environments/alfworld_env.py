@@ -205,7 +205,7 @@ class AlfworldEnv(TextEnv):
 
 
 if __name__ != "__main__":  # under `python -m`, the package import has registered it already
-  register_env("alfworld")(AlfworldEnv)
+  register_env("alfworld", engines=("alfworld", "textworld", "fast-downward-textworld"))(AlfworldEnv)
 
 
 # -- CLI: pre-fill the cache ---------------------------------------------------------------------

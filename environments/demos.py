@@ -29,15 +29,21 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 from typing import Any, Iterable, Mapping
 
 from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from environments.registry import make_env
+from environments.registry import env_version, make_env
 
 SEP = "\n"
+VERSION_FILE = "ENV_VERSION"  # beside the dataset's files: the env_version it was built with
+
+
+class DemosError(ValueError):
+  """A demonstrations cache that does not belong to this environment version."""
 _DEFAULT_NUM_TASKS = (("train", 100),)
 
 
@@ -143,9 +149,24 @@ class ExpertDemos(tfds.core.GeneratorBasedBuilder):
 
 def build_demos(data_dir: str, env_name: str, env_kwargs: Mapping[str, Any] | None = None,
                 num_tasks: Mapping[str, int] | None = None) -> ExpertDemos:
-  """Builds (once; later calls reuse the files) and returns the builder."""
+  """Builds (once; later calls reuse the files) and returns the builder.
+
+  The files record the environment version they were made with; reusing them under
+  another version (an engine upgrade, an adapter change) is a `DemosError`: they would
+  no longer be the episodes this environment plays.
+  """
   builder = ExpertDemos(data_dir=data_dir, config=DemoConfig.make(env_name, env_kwargs, num_tasks))
+  stamp = os.path.join(str(builder.data_dir), VERSION_FILE)
+  version = env_version(env_name)
+  if os.path.exists(os.path.join(str(builder.data_dir), "dataset_info.json")):
+    built = open(stamp).read().strip() if os.path.exists(stamp) else "an unrecorded version"
+    if built != version:
+      raise DemosError(f"the demonstrations in {builder.data_dir} were made with {built}, "
+                       f"this is {version}: delete that directory to rebuild them")
+    return builder
   builder.download_and_prepare()
+  with open(stamp, "w") as f:
+    f.write(version + "\n")
   return builder
 
 

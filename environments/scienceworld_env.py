@@ -137,7 +137,7 @@ def _launch(deterministic: bool):
   return gateway, server, proc
 
 
-@register_env("scienceworld")
+@register_env("scienceworld", engines=("scienceworld",))
 class ScienceWorldTextEnv(TextEnv):
   """ScienceWorld behind the TextEnv protocol; one JVM (~760 MB) per instance."""
 

@@ -136,7 +136,7 @@ class TwxConfig:
     return DEFAULT_GAME_PARAMS[self.game] if self.game_params is None else self.game_params
 
 
-@register_env("twx")
+@register_env("twx", engines=("textworld-express",))
 class TwxEnv(TextEnv):
   """One TextWorldExpress game; `make_env("twx", game=..., game_params=..., step_limit=...)`."""
 

@@ -39,3 +39,83 @@ def test_resume_without_checkpoint(tmp_path):
   out = launch("--resume", "--workdir", str(tmp_path / "w"))
   assert out.returncode == 2 and "no checkpoint" in out.stderr
   assert "Traceback" not in out.stderr
+
+
+# Start-up refusals: one line naming the problem, exit code 2, and no work directory left
+# behind. A tiny budget keeps the runs that get as far as the demonstrations short.
+TINY = ["--set", "sft.num_demos=4", "--set", "env.kwargs.step_limit=4",
+        "--set", "rollout.num_envs=2", "--set", "eval.num_episodes=2"]
+
+
+def _refused(out, workdir, *needles):
+  assert out.returncode == 2, out.stderr[-2000:]
+  err = out.stderr.strip().splitlines()
+  assert "Traceback" not in out.stderr
+  assert err[-1].startswith("launch.py: error: "), out.stderr[-2000:]
+  for needle in needles:
+    assert needle in err[-1], err[-1]
+  assert not os.path.exists(workdir), os.listdir(workdir)
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--set", "env.kwargs.game=nosuchgame"], ["unknown TextWorldExpress game 'nosuchgame'"]),
+    (["--set", "env.eval_split=nosplit"], ["split 'nosplit'", "unknown split"]),
+    (["--set", "env.train_split=dev", "--set", "env.num_train_tasks=100000"],
+     ["env.num_train_tasks = 100000", "tasks in split 'dev'"]),
+    (["--exp", "alfworld_csa", "--set", "env.kwargs.source=official"],
+     ["no official ALFWorld data at", "alfworld-download"]),
+    (["--exp", "scienceworld_csa", "--set", "env.kwargs.task=boil-nothing"],
+     ["unknown ScienceWorld task 'boil-nothing'"]),
+], ids=["twx-game", "split", "task-range", "alfworld-data", "scienceworld-task"])
+def test_bad_environment_settings_are_refused_before_anything_is_written(tmp_path, args, needles):
+  work = tmp_path / "w"
+  env = dict(os.environ, ALFWORLD_DATA=str(tmp_path / "no_alfworld_data"))
+  _refused(launch(*args, "--workdir", str(work), env=env), work, *needles)
+
+
+def _malformed_model(tmp_path):
+  path = tmp_path / "model"
+  path.mkdir()
+  (path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], ')
+  return path
+
+
+def test_a_malformed_model_directory_is_one_line(tmp_path):
+  work = tmp_path / "w"
+  out = launch("--set", f"model_path={_malformed_model(tmp_path)}", "--workdir", str(work),
+               "--set", f"sft.demos_dir={tmp_path / 'demos'}", *TINY)
+  _refused(out, work, "model_path", "malformed JSON in", "config.json")
+  assert not os.path.exists(tmp_path / "demos")  # refused before building demonstrations
+
+
+@pytest.mark.parametrize("budget, needle", [
+    ("rollout.max_prompt_tokens=8", "rollout.max_prompt_tokens=8 cannot hold the task line "
+                                    "and the action list"),
+    ("rollout.max_action_tokens=2", "rollout.max_action_tokens=2 cannot hold the expert's"),
+])
+def test_budgets_too_small_for_the_environment_are_refused_with_the_minimum(
+    tmp_path, budget, needle):
+  work = tmp_path / "w"
+  out = launch("--set", budget, "--workdir", str(work), "--set",
+               f"sft.demos_dir={tmp_path / 'demos'}", *TINY)
+  _refused(out, work, needle, "at least ")
+  minimum = int(out.stderr.split("at least ")[1].split()[0])
+  assert minimum > int(budget.split("=")[1])
+
+
+def test_demonstrations_from_another_environment_version_are_refused(tmp_path):
+  from environments.demos import VERSION_FILE, build_demos
+  demos = tmp_path / "demos"
+  import experiments
+  cfg = experiments.get_experiment("quickstart")
+  kwargs = dict(cfg.env.kwargs, step_limit=4)
+  builder = build_demos(str(demos), "twx", kwargs, {"train": 4})
+  stamp = os.path.join(str(builder.data_dir), VERSION_FILE)
+  with open(stamp) as f:
+    assert f.read().startswith("twx r1, textworld-express ")
+  with open(stamp, "w") as f:
+    f.write("twx r0, textworld-express 0.0.1\n")
+  work = tmp_path / "w"
+  out = launch("--workdir", str(work), "--set", f"sft.demos_dir={demos}", *TINY)
+  _refused(out, work, "were made with twx r0, textworld-express 0.0.1", "this is twx r1",
+           "delete that directory")

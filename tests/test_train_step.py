@@ -184,3 +184,48 @@ def test_kl_to_reference_is_k3_of_tempered_logprobs():
   assert want > 1e-3  # a reference far enough away that the temperature matters
   # k3 ~ x^2 / 2: float32 log-probs (error ~1e-6 on |x| ~ 0.1) give it ~2e-5 relative error.
   np.testing.assert_allclose(float(m["kl_ref"]), want, rtol=1e-4)
+
+
+
+def _leaves_equal(a, b):
+  return all(np.array_equal(np.asarray(x), np.asarray(y))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
+def _stepped_once():
+  """(step fn, state after one good step, the good batch, a numpy copy of that state):
+  Adam's moments are non-zero, so a skipped step that decayed them would show."""
+  graphdef, params = _model()
+  _, batch = _batch(np.random.default_rng(4), adv=np.array([1.0, -1.0, 0.5, 2.0], np.float32))
+  batch["old_logp"] = _old_logps(graphdef, params, batch).astype(np.float32)
+  tx = optax.adam(1e-2)
+  step = ts.make_rl_step(graphdef, tx, AlgoConfig(kl_coef=0.0), SamplingConfig(max_new_tokens=4))
+  state, m = step(ts.init_state(params, tx), {k: jnp.asarray(v) for k, v in batch.items()})
+  assert float(m["nonfinite_loss"]) == float(m["nonfinite_grad"]) == 0.0
+  return step, state, batch, jax.tree.map(np.array, state)
+
+
+@pytest.mark.parametrize("poison", ["adv", "old_logp"])
+def test_a_non_finite_loss_skips_the_update(poison):
+  step, state, batch, before = _stepped_once()
+  bad = dict(batch, **{poison: batch[poison].copy()})
+  bad[poison][1, 0] = np.nan
+  state2, m = step(state, {k: jnp.asarray(v) for k, v in bad.items()})
+  assert float(m["nonfinite_loss"]) == 1.0
+  assert _leaves_equal(state2, before)  # params, Adam's moments and count, step counter
+  # The next finite batch updates from the untouched state.
+  state3, m = step(state2, {k: jnp.asarray(v) for k, v in batch.items()})
+  assert float(m["nonfinite_loss"]) == 0.0 and int(state3.step) == int(before.step) + 1
+  assert not _leaves_equal(state3.params, before.params)
+
+
+def test_a_non_finite_gradient_with_a_finite_loss_skips_the_update():
+  _, state, _, before = _stepped_once()
+  tx = optax.adam(1e-2)
+  grads = jax.tree.map(jnp.zeros_like, state.params)
+  leaves, treedef = jax.tree.flatten(grads)
+  leaves[0] = leaves[0].at[(0,) * leaves[0].ndim].set(jnp.inf)
+  state2, m = jax.jit(ts.apply_update, static_argnums=0)(
+      tx, state, jnp.float32(0.3), jax.tree.unflatten(treedef, leaves), {})
+  assert float(m["nonfinite_grad"]) == 1.0 and float(m["nonfinite_loss"]) == 0.0
+  assert _leaves_equal(state2, before)

@@ -23,7 +23,7 @@ def tiny_cfg(exp, iterations, demos_dir, *extra):
   return apply_overrides(cfg, [f"sft.demos_dir={demos_dir}",
       "sft.num_demos=6", "sft.epochs=1", "sft.batch_size=16",
       "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
-      "rollout.max_turns=4", "rollout.max_prompt_tokens=96", "rollout.max_action_tokens=6",
+      "rollout.max_turns=4", "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6",
       "algo.minibatch_size=8", "eval.num_episodes=3", "eval.greedy=false",
       f"rl_iterations={iterations}", "checkpoint_every=1", "tokenizer.vocab_size=512",
       "model.vocab_size=512", "model.max_seq_len=128", "env.kwargs.step_limit=4", *extra])
@@ -211,3 +211,42 @@ def test_init_from_a_run_still_in_sft_is_a_config_error(tmp_path):
   (tmp_path / "sft").mkdir()
   with pytest.raises(ConfigError, match="holds no SFT checkpoint"):
     tiny_cfg("twx_coin_csa", 1, tmp_path, f"sft.init_from={tmp_path}")
+
+
+def test_non_finite_guard_counts_resets_and_stops():
+  guard = trainer_lib.NonFiniteGuard(limit=3)
+  ok, bad_loss = {"nonfinite_loss": 0.0, "nonfinite_grad": 0.0}, {"nonfinite_loss": 1.0,
+                                                                  "nonfinite_grad": 1.0}
+  bad_grad = {"nonfinite_loss": 0.0, "nonfinite_grad": 1.0}
+  assert [guard.observe(m, "x") for m in (bad_grad, bad_loss, ok, bad_grad, bad_grad)] == \
+      [True, True, False, True, True]
+  assert guard.state() == {"in_a_row": 2, "total": 4}
+  with pytest.raises(trainer_lib.NonFiniteError,
+                     match=r"^RL iteration 7: 3 updates in a row skipped because the gradient "
+                           r"was not finite \(optim.max_nonfinite_in_a_row=3\)"):
+    guard.observe(bad_grad, "RL iteration 7")
+  never = trainer_lib.NonFiniteGuard(limit=0)
+  assert all(never.observe(bad_loss, "x") for _ in range(50))
+
+
+def test_non_finite_advantages_skip_updates_then_stop_the_run(sft_run, tmp_path, monkeypatch):
+  """NaN advantages (a non-finite loss) in the real loop: with no limit every update is
+  skipped and counted and the parameters stay the SFT ones; with a limit the run stops
+  with a message naming the iteration, after saving nothing past its last checkpoint."""
+  src, _ = sft_run
+  monkeypatch.setattr(trainer_lib, "compute_advantages",
+                      lambda arrays, algo, rollout: np.full(arrays.mask_BxGxT.shape, np.nan,
+                                                            np.float32))
+  work = str(tmp_path / "nan")
+  _run_and_params("twx_coin_grpo", src, work, 1, "optim.max_nonfinite_in_a_row=0",
+                  "algo.kl_coef=0")
+  assert _equal(_params(os.path.join(work, "checkpoints"), 1)["params"],
+                _params(os.path.join(src, "sft")))
+  (rec,) = [r for r in M.read_jsonl(os.path.join(work, "metrics.jsonl")) if "adv/std" in r]
+  assert rec["loss/nonfinite_skipped"] == rec["loss/nonfinite_total"] >= 1
+  cfg = tiny_cfg("twx_coin_grpo", 3, tmp_path, f"sft.init_from={src}",
+                 "optim.max_nonfinite_in_a_row=1", "algo.kl_coef=0")
+  with pytest.raises(trainer_lib.NonFiniteError,
+                     match=r"^RL iteration 1: 1 updates in a row skipped because the loss"):
+    Trainer(cfg, str(tmp_path / "stop")).run()
+  assert Checkpointer(str(tmp_path / "stop" / "checkpoints")).all_steps() == [0]

@@ -82,13 +82,17 @@ class Algorithm:
     """The jitted policy step: (state, batch, ref_params) -> (state, metrics)."""
     return ts.make_rl_step(ctx.graphdef, ctx.tx, ctx.cfg.algo, ctx.sampling_cfg)
 
-  def update(self, ctx: Context, step, state, prep: Prepared, it: int, ref_params):
-    """The clipped update over `algo.epochs` shuffles of the rows in minibatches."""
+  def update(self, ctx: Context, step, state, prep: Prepared, it: int, ref_params,
+             observe: Callable[[dict], None] = lambda upd: None):
+    """The clipped update over `algo.epochs` shuffles of the rows in minibatches; every
+    step's metrics go through `observe` (the trainer's non-finite guard); returns the
+    state and the last step's metrics."""
     a = ctx.cfg.algo
     ds = ctx.batches(prep.rows, a.minibatch_size, seed=ctx.cfg.seed + it, epochs=a.epochs)
     upd = {}
     for batch in data_lib.iterate(ds):
       state, upd = step(state, ctx.to_device(batch), ref_params)
+      observe(upd)
     return state, upd
 
 

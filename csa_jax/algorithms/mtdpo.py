@@ -135,9 +135,10 @@ class MultiTurnDPO(base.Algorithm):
     m["perf/aux_s"] = time.perf_counter() - t0  # the reference's forward passes
     return base.Prepared(rows=batches, aux=aux, metrics=m)
 
-  def update(self, ctx, step, state, prep, it, ref_params):
+  def update(self, ctx, step, state, prep, it, ref_params, observe=lambda upd: None):
     upd = {}
     for _ in range(ctx.cfg.algo.epochs):
       for batch in prep.rows:
         state, upd = step(state, ctx.to_device(batch), None)
+        observe(upd)
     return state, upd

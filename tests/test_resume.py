@@ -1,0 +1,178 @@
+"""Runs that survive: killed (SIGKILL) right after a checkpoint, stopped (SIGTERM) in the
+middle of an iteration, or finished and then extended, a run resumed with `--resume` ends
+bit for bit where the uninterrupted run ends: the same parameters and optimizer state, and
+the same metrics at every iteration (all but wall-clock times).
+
+Every run is a real `launch.py` process on TextWorldExpress with a tiny decoder, all
+starting from one SFT run (`sft.init_from`) so that only the RL phase is repeated; they
+share a JAX compilation cache so that each process compiles nothing after the first.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from csa_jax import metrics as M
+from csa_jax.checkpoint import Checkpointer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["sft.num_demos=6", "sft.epochs=30", "sft.batch_size=16", "rollout.tasks_per_iter=2",
+        "rollout.group_size=3", "rollout.num_envs=6", "rollout.max_turns=4",
+        "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6",
+        "algo.minibatch_size=8", "eval.num_episodes=3", "eval.greedy=false",
+        "checkpoint_every=1", "tokenizer.vocab_size=512", "model.vocab_size=512",
+        "model.max_seq_len=128", "env.kwargs.step_limit=4"]
+ITERATIONS = 3
+
+
+def _cmd(workdir, *sets, resume=False):
+  args = [sys.executable, "launch.py", "--exp", "twx_coin_csa", "--workdir", str(workdir)]
+  for s in [*TINY, *sets]:
+    args += ["--set", s]
+  return args + (["--resume"] if resume else [])
+
+
+def _env(cache):
+  return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache),
+              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+
+
+class Runs:
+  def __init__(self, root):
+    self.root, self.cache = root, root / "jax_cache"
+    self.sft = root / "sft"
+    out = self.run(self.sft, "rl_iterations=0", f"sft.demos_dir={root / 'demos'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+
+  def sets(self, iterations=ITERATIONS):
+    return [f"sft.init_from={self.sft}", f"rl_iterations={iterations}"]
+
+  def run(self, workdir, *sets, resume=False):
+    return subprocess.run(_cmd(workdir, *sets, resume=resume), cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env=_env(self.cache))
+
+  def start(self, workdir, *sets):
+    return subprocess.Popen(_cmd(workdir, *sets), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=_env(self.cache))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  runs = Runs(tmp_path_factory.mktemp("resume"))
+  runs.reference = runs.root / "reference"
+  out = runs.run(runs.reference, *runs.sets())
+  assert out.returncode == 0, out.stderr[-3000:]
+  return runs
+
+
+def _wait_for(predicate, proc, what, timeout=300):
+  t0 = time.monotonic()
+  while not predicate():
+    if proc.poll() is not None:
+      pytest.fail(f"the run ended (exit {proc.returncode}) before {what}: "
+                  f"{proc.stderr.read()[-2000:]}")
+    if time.monotonic() - t0 > timeout:
+      proc.kill()
+      pytest.fail(f"timed out waiting for {what}")
+    time.sleep(0.05)
+
+
+def _final_state(workdir):
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"))
+  tree, meta = ckpt.read()
+  ckpt.close()
+  return tree, meta
+
+
+def _metrics(workdir):
+  """Every metrics line, wall-clock times left out."""
+  return [{k: v for k, v in r.items() if not k.endswith("_s")}
+          for r in M.read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
+
+
+def assert_same_run(workdir, reference):
+  got, got_meta = _final_state(workdir)
+  want, want_meta = _final_state(reference)
+  assert got_meta["phase"] == want_meta["phase"] == "done"
+  assert got_meta["iteration"] == want_meta["iteration"] == ITERATIONS
+  for k in ("env_steps", "rollout_key", "np_rng", "summary"):
+    assert got_meta[k] == want_meta[k], k
+  leaves_got, leaves_want = jax.tree.leaves(got), jax.tree.leaves(want)
+  assert len(leaves_got) == len(leaves_want) > 0
+  for a, b in zip(leaves_got, leaves_want):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # bitwise, optimizer too
+  assert _metrics(workdir) == _metrics(reference)
+
+
+def test_the_reference_run_learns_something_to_compare(runs):
+  """Guards the tests below against comparing two runs that did nothing."""
+  recs = _metrics(runs.reference)
+  assert [r["step"] for r in recs if "rollout/success" in r] == [1, 2, 3]
+  assert any(r.get("loss/grad_norm", 0) > 0 for r in recs)
+
+
+def test_sigkill_right_after_a_checkpoint_resumes_bitwise(runs):
+  work = runs.root / "killed"
+  proc = runs.start(work, *runs.sets())
+  first = work / "checkpoints" / "1"
+  _wait_for(first.exists, proc, "the first RL checkpoint")
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  proc.stderr.close()
+  assert proc.returncode == -signal.SIGKILL
+  assert not (work / "checkpoints" / str(ITERATIONS)).exists()
+  out = runs.run(work, *runs.sets(), resume=True)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "resumed from" in out.stdout
+  assert_same_run(work, runs.reference)
+
+
+def test_sigterm_mid_iteration_saves_exits_and_resumes_bitwise(runs):
+  work = runs.root / "terminated"
+  proc = runs.start(work, *runs.sets())
+  metrics = work / "metrics.jsonl"
+
+  def second_iteration_running():  # iteration 1 is logged and saved, iteration 2 runs
+    return (work / "checkpoints" / "1").exists() and any(
+        r["step"] == 1 for r in M.read_jsonl(str(metrics), tolerate_partial_last=True))
+
+  _wait_for(second_iteration_running, proc, "the end of RL iteration 1")
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+  last = err.strip().splitlines()[-1]
+  assert last.startswith("launch.py: stopped by SIGTERM after RL iteration ")
+  assert "checkpoint saved in" in last and last.endswith("--resume"), last
+  stopped_at = int(last.split("after RL iteration ")[1].split(";")[0])
+  # It finished the iteration it was in (2, or 1 if the signal beat iteration 1's last
+  # bookkeeping) and stopped before the last one.
+  assert 1 <= stopped_at < ITERATIONS
+  assert (work / "checkpoints" / str(stopped_at)).exists()
+  out = runs.run(work, *runs.sets(), resume=True)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert_same_run(work, runs.reference)
+
+
+def test_a_finished_run_extended_to_more_iterations_equals_the_longer_run(runs):
+  work = runs.root / "extended"
+  out = runs.run(work, *runs.sets(ITERATIONS - 1))
+  assert out.returncode == 0, out.stderr[-3000:]
+  out = runs.run(work, *runs.sets(ITERATIONS), resume=True)
+  assert out.returncode == 0, out.stderr[-3000:]
+  # The shorter run's final evaluation (its own line at its last step) stays in its log.
+  got = _metrics(work)
+  shorter_eval = [r for r in got if r["step"] == ITERATIONS - 1 and "rollout/success" not in r]
+  assert len(shorter_eval) == 1
+  got.remove(shorter_eval[0])
+  got_state, _ = _final_state(work)
+  want_state, _ = _final_state(runs.reference)
+  for a, b in zip(jax.tree.leaves(got_state), jax.tree.leaves(want_state), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert got == _metrics(runs.reference)
