@@ -15,7 +15,7 @@ from csa_jax.checkpoint import Checkpointer
 
 TINY = ["sft.num_demos=6", "sft.epochs=30", "sft.batch_size=16", "rollout.tasks_per_iter=2",
         "rollout.group_size=3", "rollout.num_envs=6", "rollout.max_turns=4",
-        "rollout.max_prompt_tokens=96", "rollout.max_action_tokens=6", "algo.minibatch_size=8",
+        "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6", "algo.minibatch_size=8",
         "eval.num_episodes=3", "eval.greedy=false", "checkpoint_every=1",
         "tokenizer.vocab_size=512", "model.vocab_size=512", "model.max_seq_len=128",
         "env.kwargs.step_limit=4", "algo.spa.explore_tasks=2", "algo.spa.explore_k=2",

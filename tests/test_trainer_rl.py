@@ -234,7 +234,7 @@ def test_non_finite_advantages_skip_updates_then_stop_the_run(sft_run, tmp_path,
   skipped and counted and the parameters stay the SFT ones; with a limit the run stops
   with a message naming the iteration, after saving nothing past its last checkpoint."""
   src, _ = sft_run
-  monkeypatch.setattr(trainer_lib, "compute_advantages",
+  monkeypatch.setattr(estimator_lib, "compute_advantages",
                       lambda arrays, algo, rollout: np.full(arrays.mask_BxGxT.shape, np.nan,
                                                             np.float32))
   work = str(tmp_path / "nan")
