@@ -38,7 +38,9 @@ def fail(msg: str) -> None:
 
 
 def method_name(cfg) -> str:
-  return f"estimator {cfg.algo.estimator}"
+  """"method estimator csa", "method istar", ...: what drives the run's RL iterations."""
+  from csa_jax.algorithms import label
+  return f"method {label(cfg.algo)}"
 
 
 def main(argv=None) -> int:

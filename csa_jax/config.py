@@ -68,7 +68,58 @@ class RolloutConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class IStarConfig:
+  """iStar (csa_jax/algorithms/istar.py): the implicit PRM and its optimizer."""
+
+  beta: float = 0.05  # r_t = beta * (log pi_prm(a_t) - log pi_old(a_t))
+  alpha: float = 1.0  # weight of the step term in A = A_E + alpha * A_S
+  # The authors' PRM learning rate is twice the policy's (1e-6 vs 5e-7); this default is
+  # twice the quickstart's policy rate.
+  learning_rate: float = 2e-4
+  grad_clip: float = 10.0
+  # Rows per PRM forward/backward batch; whole task groups are packed into a batch, so
+  # it is raised to group_size * max_turns where that is larger.
+  batch_rows: int = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class SPAConfig:
+  """SPA-RL (csa_jax/algorithms/spa.py): exploration and the progress estimator."""
+
+  # Exploration after SFT: explore_k rollouts (at rollout.temperature) on each of the
+  # first explore_tasks training tasks.
+  explore_tasks: int = 100
+  explore_k: int = 5
+  learning_rate: float = 1e-4
+  grad_clip: float = 1.0
+  epochs: int = 4
+  # Rows per estimator batch; whole episodes are packed into a batch (raised to
+  # max_turns where that is larger).
+  batch_rows: int = 128
+  # Step reward r_t = progress_coef * c_t + grounding * valid_t.
+  progress_coef: float = 1.0
+  grounding: float = 0.5
+  gamma: float = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class MDPOConfig:
+  """Multi-turn DPO (csa_jax/algorithms/mtdpo.py)."""
+
+  beta: float = 0.1
+  # The reference policy: "sft" (the SFT weights) or "previous" (the policy at the start
+  # of each iteration, the online iterative variant).
+  reference: str = "sft"
+
+
+METHODS = ("estimator", "istar", "spa", "mtdpo")
+
+
+@dataclasses.dataclass(frozen=True)
 class AlgoConfig:
+  # What drives an RL iteration (csa_jax/algorithms): "estimator" (advantages from the
+  # `estimator` below, then the clipped update), "istar", "spa" or "mtdpo".
+  method: str = "estimator"
   estimator: str = "csa"
   lam: float = 0.5
   gamma: float = 0.95
@@ -107,6 +158,9 @@ class AlgoConfig:
   row_weight: str = "episode"
   epochs: int = 1
   minibatch_size: int = 64
+  istar: IStarConfig = IStarConfig()
+  spa: SPAConfig = SPAConfig()
+  mtdpo: MDPOConfig = MDPOConfig()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,6 +350,15 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (a.dynamic_sampling_rounds >= 1, "algo.dynamic_sampling_rounds must be >= 1"),
       (a.row_weight in ("step", "episode"), "algo.row_weight must be 'step' or 'episode'"),
       (a.invalid_penalty >= 0, "algo.invalid_penalty must be >= 0"),
+      (a.method in METHODS, f"algo.method must be one of {', '.join(METHODS)} "
+       f"(got {a.method!r})"),
+      (a.mtdpo.reference in ("sft", "previous"),
+       "algo.mtdpo.reference must be 'sft' or 'previous'"),
+      (a.method != "mtdpo" or not (a.kl_coef or a.entropy_coef),
+       "algo.method=mtdpo trains the DPO loss alone (its beta is the KL anchor): set "
+       "algo.kl_coef=0 and algo.entropy_coef=0"),
+      (a.spa.explore_tasks >= 1 and a.spa.explore_k >= 1 and a.spa.epochs >= 1,
+       "algo.spa.explore_tasks, explore_k and epochs must be >= 1"),
       (not cfg.sft.init_from or has_sft_checkpoint(cfg.sft.init_from),
        f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
        f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),

@@ -26,12 +26,15 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from csa_jax import advantages as adv_lib
+from csa_jax import algorithms
 from csa_jax import data as data_lib
 from csa_jax import mesh as mesh_lib
 from csa_jax import metrics as metrics_lib
 from csa_jax import rollout as rollout_lib
 from csa_jax import sampling
 from csa_jax import train_step as ts
+# Re-exported: the estimator methods' reward shaping and advantages live with them now.
+from csa_jax.algorithms.estimator import compute_advantages, shaped_rewards  # noqa: F401
 from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.config import ConfigError, ExperimentConfig, demos_dir, to_dict
 from csa_jax.signals import Interrupted, StopOnSignal
@@ -134,50 +137,6 @@ def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
   return metrics_lib.episode_metrics(trajs, prefix), trajs
 
 
-def shaped_rewards(arrays: rollout_lib.GroupArrays, algo, rollout
-                   ) -> tuple[np.ndarray, np.ndarray]:
-  """(rewards_BxG, step_rewards_BxGxT) after the reward-side knobs that are on:
-
-  - DAPO's overlong penalty: an episode's penalty is added to its return and to its last
-    step's reward (for step-reward estimators such as GiGPO);
-  - verl-agent's invalid-action penalty: each rejected step costs `invalid_penalty`, in
-    the episode's return and in that step's own reward.
-  Returns the arrays themselves when every knob is off.
-  """
-  rewards, step_rewards = arrays.rewards_BxG, arrays.step_rewards_BxGxT
-  if algo.overlong_cache_frac > 0:
-    max_len = rollout.max_action_tokens * (rollout.max_turns if algo.overlong_per == "episode"
-                                           else 1)
-    cache_len = max(1, round(algo.overlong_cache_frac * max_len))
-    shaped = np.asarray(adv_lib.shape_overlong_rewards(
-        rewards, arrays.action_len_BxGxT, arrays.mask_BxGxT, max_len=max_len,
-        cache_len=cache_len, factor=algo.overlong_factor, per=algo.overlong_per))
-    step_rewards = step_rewards.copy()
-    last = arrays.mask_BxGxT.sum(-1) - 1
-    b, g = np.nonzero(last >= 0)
-    step_rewards[b, g, last[b, g]] += shaped[b, g] - rewards[b, g]
-    rewards = shaped
-  if algo.invalid_penalty > 0:
-    invalid_BxGxT = (arrays.invalid_BxGxT & arrays.mask_BxGxT).astype(np.float32)
-    rewards = rewards - algo.invalid_penalty * invalid_BxGxT.sum(-1)
-    step_rewards = step_rewards - algo.invalid_penalty * invalid_BxGxT
-  return rewards, step_rewards
-
-
-def compute_advantages(arrays: rollout_lib.GroupArrays, algo, rollout) -> np.ndarray:
-  est = adv_lib.get_estimator(algo.estimator)
-  # The config holds every estimator's knobs; each estimator takes the ones it declares.
-  hp = dict(lam=algo.lam, gamma=algo.gamma, w=algo.w, eps=algo.eps,
-            std_normalize=algo.std_normalize)
-  hp = {k: v for k, v in hp.items() if k in est.hparams}
-  rewards, step_rewards = shaped_rewards(arrays, algo, rollout)
-  adv = est(rewards_BxG=jnp.asarray(rewards), logp_BxGxT=jnp.asarray(arrays.logp_BxGxT),
-            mask_BxGxT=jnp.asarray(arrays.mask_BxGxT),
-            step_rewards_BxGxT=jnp.asarray(step_rewards),
-            state_id_BxGxT=jnp.asarray(arrays.state_id_BxGxT), **hp)
-  return np.asarray(adv)
-
-
 class SetupError(ConfigError):
   """A run that cannot work as configured, found at start-up (one line says why)."""
 
@@ -273,6 +232,8 @@ class Trainer:
       json.dump(to_dict(c), f, indent=2)
     self.writer = metrics_lib.MetricsWriter(self.workdir)
     self.np_rng = np.random.default_rng(c.seed)
+    self.algo = algorithms.get(c.algo.method)
+    self.aux: Any = {}  # the method's auxiliary state (models, optimizer states)
     self.env_steps = 0
     self.summary: dict[str, Any] = {}
     self.guard = NonFiniteGuard(c.optim.max_nonfinite_in_a_row)
@@ -426,24 +387,29 @@ class Trainer:
       return state, m | {"perf/update_skipped": 1.0}
     m |= metrics_lib.episode_metrics(trajs, "rollout")
     t1 = time.perf_counter()
-    adv_BxGxT = compute_advantages(arrays, c.algo, c.rollout)
-    m["perf/adv_s"] = time.perf_counter() - t1
-    act = arrays.mask_BxGxT
-    m |= {"adv/mean": float(adv_BxGxT[act].mean()), "adv/std": float(adv_BxGxT[act].std()),
-          "adv/abs_max": float(np.abs(adv_BxGxT[act]).max()),
-          "adv/zero_frac": float((adv_BxGxT[act] == 0).mean())}
-    m |= metrics_lib.credit_accuracy(adv_BxGxT, arrays.oracle_BxGxT, act)
-    # With every advantage 0 (all groups uniform) the policy gradient is 0, yet Adam's
-    # moments would still move the parameters (m / sqrt(v) decays slowly): no update.
-    if not adv_BxGxT.any() and not (c.algo.kl_coef or c.algo.entropy_coef):
+    prep = self.algo.prepare(self.ctx, it, trajs, arrays, state.params, self.aux)
+    self.aux = prep.aux
+    self.env_steps += prep.env_steps
+    # perf/adv_s: the whole prepare (advantages and any auxiliary model work, of which
+    # perf/aux_s is the auxiliary part).
+    m |= prep.metrics | {"perf/adv_s": time.perf_counter() - t1,
+                         "perf/env_steps_total": self.env_steps}
+    if prep.adv_BxGxT is not None:
+      adv_BxGxT, act = prep.adv_BxGxT, arrays.mask_BxGxT
+      m |= {"adv/mean": float(adv_BxGxT[act].mean()), "adv/std": float(adv_BxGxT[act].std()),
+            "adv/abs_max": float(np.abs(adv_BxGxT[act]).max()),
+            "adv/zero_frac": float((adv_BxGxT[act] == 0).mean())}
+      m |= metrics_lib.credit_accuracy(adv_BxGxT, arrays.oracle_BxGxT, act)
+    if prep.skip:
       return state, m | {"perf/update_skipped": 1.0, "perf/update_s": 0.0}
-    rows = data_lib.rl_rows(trajs, adv_BxGxT, c.rollout.group_size, c.algo.row_weight)
-    ds = self._batches(rows, c.algo.minibatch_size, seed=c.seed + it, epochs=c.algo.epochs)
     t2 = time.perf_counter()
-    upd, skipped = {}, 0
-    for batch in data_lib.iterate(ds):
-      state, upd = rl_step(state, self._to_device(batch), ref_params)
+    skipped = 0
+
+    def observe(upd) -> None:  # every policy step passes the host's non-finite guard
+      nonlocal skipped
       skipped += self.guard.observe(upd, f"RL iteration {it + 1}")
+
+    state, upd = self.algo.update(self.ctx, rl_step, state, prep, it, ref_params, observe)
     m |= {f"loss/{k}": float(v) for k, v in upd.items()}
     m |= {"perf/update_s": time.perf_counter() - t2, "perf/update_skipped": 0.0,
           "loss/nonfinite_skipped": skipped, "loss/nonfinite_total": self.guard.total}
@@ -486,7 +452,7 @@ class Trainer:
   def _kl_reference(self, params_template) -> Any:
     """The KL anchor (algo.kl_coef > 0): the SFT policy, read back from workdir/sft,
     so that a resumed run anchors to SFT and not to the RL weights it restored."""
-    if not self.cfg.algo.kl_coef:
+    if not (self.cfg.algo.kl_coef or self.algo.needs_sft_reference):
       return None
     return self.sft_ckpt.restore(params_template)[0]
 
@@ -507,7 +473,7 @@ class Trainer:
       self.sft_ckpt.close()
       self.writer.close()
     metrics_lib.plot_learning_curve(self.writer.path, os.path.join(self.workdir, "learning_curve.png"),
-                                    title=f"{c.name}: {c.algo.estimator}")
+                                    title=f"{c.name}: {algorithms.label(c.algo)}")
     return self.summary
 
   def _run(self, pool) -> None:
@@ -516,6 +482,7 @@ class Trainer:
     self._check_budgets(pool, records)
     tx = ts.make_optimizer(c.optim)
     state = ts.init_state(params, tx)
+    self.aux = self.algo.init_aux(c, state.params)  # also the template to restore into
     live = {"params": state.params}
     key = jax.random.key(c.seed)
     # Rollouts sample at the rollout temperature; held-out evaluation takes greedy actions
@@ -552,6 +519,7 @@ class Trainer:
     if meta["phase"] == "start":
       params, m = self._sft_stage(graphdef, state.params, records)
       state = ts.init_state(params, tx)
+      self.aux = self.algo.init_aux(c, state.params)
       live["params"] = state.params
       if m is None:
         m = evaluate_all("SFT")
@@ -565,10 +533,11 @@ class Trainer:
       meta = {"phase": "rl", "iteration": 0}
       self._save(0, state, meta)
     ref_params = self.ref_params = self._kl_reference(state.params)
-    rl_step = ts.make_rl_step(graphdef, tx, c.algo, sampling_config(c, self.tok, greedy=False))
+    self.ctx = self._context(graphdef, tx, pool, live, ref_params)
+    rl_step = self.algo.make_step(self.ctx)
 
     start = int(meta["iteration"])
-    with tqdm(total=c.rl_iterations, initial=start, desc=f"rl ({c.algo.estimator})",
+    with tqdm(total=c.rl_iterations, initial=start, desc=f"rl ({algorithms.label(c.algo)})",
               unit="it") as bar:
       for it in range(start, c.rl_iterations):
         if self.stop.requested:  # during SFT's evaluation or a resume: `it` is saved
@@ -602,10 +571,29 @@ class Trainer:
     meta = meta | {"env_steps": self.env_steps, "np_rng": self.np_rng.bit_generator.state,
                    "summary": self.summary, "nonfinite": self.guard.state(),
                    "rollout_key": self.policies["rollout"].key_state()}
-    self.ckpt.save(step, state, json.loads(json.dumps(meta, default=float)))
+    self.ckpt.save(step, algorithms.pack_state(state, self.aux),
+                   json.loads(json.dumps(meta, default=float)))
+
+  def _context(self, graphdef, tx, pool, live, ref_params) -> algorithms.Context:
+    """What the method may use: the model's graph, the policy optimizer, batching, and
+    `play` (episodes with the current policy from a given sampler key)."""
+    c = self.cfg
+
+    def play(tasks, play_key):
+      policy = SamplerPolicy(graphdef, lambda: live["params"], self.tok, c, greedy=False,
+                             key=play_key, mesh=self.mesh)
+      return rollout_lib.run_episodes(pool, policy, self.tok, tasks, c.rollout,
+                                      np.random.default_rng(0), fmt=self.fmt)
+
+    return algorithms.Context(
+        cfg=c, graphdef=graphdef, tx=tx, sampling_cfg=sampling_config(c, self.tok, greedy=False),
+        batches=lambda rows, bs, *, seed, epochs: self._batches(rows, bs, seed=seed, epochs=epochs),
+        to_device=self._to_device, pad_id=self.tok.pad_id, play=play, workdir=self.workdir,
+        ref_params=ref_params)
 
   def _restore(self, state) -> tuple[Any, dict]:
-    state, meta = self.ckpt.restore(state)
+    tree, meta = self.ckpt.restore(algorithms.pack_state(state, self.aux))
+    state, self.aux = algorithms.unpack_state(tree, self.aux)
     self.env_steps = int(meta["env_steps"])
     self.np_rng.bit_generator.state = meta["np_rng"]
     self.summary = meta["summary"]

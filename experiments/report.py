@@ -37,9 +37,10 @@ import numpy as np
 from csa_jax.metrics import read_jsonl
 
 NAN = float("nan")
-# Baselines first (GRPO, the reference of every delta, leads), then CSA, its combinations
+# Baselines first (GRPO, the reference of every delta, leads; then the model-based ones,
+# iStar, SPA-RL, multi-turn DPO), then CSA, its combinations
 # and its lambda ablations; methods not listed follow alphabetically.
-METHOD_ORDER = ("grpo", "dr_grpo", "rloo", "dapo", "gigpo",
+METHOD_ORDER = ("grpo", "dr_grpo", "rloo", "dapo", "gigpo", "istar", "spa", "mtdpo",
                 "csa", "csa_dapo", "csa_gigpo", "csa_lam0", "csa_lam1")
 SFT = "sft"
 CSV_COLUMNS = (

@@ -2,7 +2,8 @@
 
 `register_family("alfworld", base)` registers alfworld_grpo, alfworld_csa, ... so every
 environment gets the same baselines with the same budget (proposal, "Baselines"):
-GRPO, Dr.GRPO, RLOO, GiGPO, DAPO, CSA-GRPO, CSA-DAPO and CSA's lambda ablations.
+GRPO, Dr.GRPO, RLOO, GiGPO, DAPO, CSA-GRPO, CSA-DAPO and CSA's lambda ablations, and the
+model-based baselines iStar, SPA-RL and multi-turn DPO (csa_jax/algorithms/).
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ VARIANTS: dict[str, dict] = {
     # trainer ran it before, with no KL anchor, no invalid-action penalty and every agent
     # step weighted alike.
     "grpo_unanchored": GRPO | dict(kl_coef=0.0, invalid_penalty=0.0, row_weight="step"),
+    # The model-based baselines (csa_jax/algorithms/), on GRPO's update and defaults.
+    # iStar: an implicit PRM; its episode term is RLOO (`estimator` only names it in logs).
+    "istar": GRPO | dict(method="istar", estimator="rloo"),
+    # SPA-RL: its grounding bonus for executed actions takes the invalid penalty's place.
+    "spa": GRPO | dict(method="spa", invalid_penalty=0.0),
+    # Multi-turn DPO: the DPO loss alone, whose beta anchors it to the SFT reference.
+    "mtdpo": GRPO | dict(method="mtdpo", kl_coef=0.0),
 }
 
 

@@ -12,6 +12,7 @@ import experiments
 from csa_jax import metrics as M
 from csa_jax import rollout as R
 from csa_jax import trainer as trainer_lib
+from csa_jax.algorithms import estimator as estimator_lib
 from csa_jax.checkpoint import Checkpointer
 from csa_jax.config import ConfigError, apply_overrides
 from csa_jax.trainer import Trainer
@@ -143,7 +144,7 @@ def test_all_zero_advantages_make_no_update(sft_run, tmp_path, monkeypatch):
       return adv
     return np.zeros_like(adv)
 
-  monkeypatch.setattr(trainer_lib, "compute_advantages", first_real_then_zero)
+  monkeypatch.setattr(estimator_lib, "compute_advantages", first_real_then_zero)
   work = str(tmp_path / "zero")
   _run_and_params("twx_coin_grpo", src, work, 2, "algo.kl_coef=0")  # KL alone would move
   p1, p2 = (_params(os.path.join(work, "checkpoints"), s)["params"] for s in (1, 2))
@@ -233,7 +234,7 @@ def test_non_finite_advantages_skip_updates_then_stop_the_run(sft_run, tmp_path,
   skipped and counted and the parameters stay the SFT ones; with a limit the run stops
   with a message naming the iteration, after saving nothing past its last checkpoint."""
   src, _ = sft_run
-  monkeypatch.setattr(trainer_lib, "compute_advantages",
+  monkeypatch.setattr(estimator_lib, "compute_advantages",
                       lambda arrays, algo, rollout: np.full(arrays.mask_BxGxT.shape, np.nan,
                                                             np.float32))
   work = str(tmp_path / "nan")

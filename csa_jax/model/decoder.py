@@ -240,6 +240,17 @@ class Decoder(nnx.Module):
     only: an RL row's loss covers a few action tokens after a long prompt, and
     the vocabulary projection and softmax then cost K/T of the full ones.
     """
+    return self._logits(self.hidden_states(
+        tokens_BxT, positions_BxT=positions_BxT, attention_mask_BxT=attention_mask_BxT,
+        at_BxK=logit_positions_BxK))
+
+  def hidden_states(self, tokens_BxT: jax.Array, *,
+                    positions_BxT: jax.Array | None = None,
+                    attention_mask_BxT: jax.Array | None = None,
+                    at_BxK: jax.Array | None = None) -> jax.Array:
+    """The last layer's output after the final norm, [B, T, D] (or [B, K, D] at
+    positions at_BxK), in the compute dtype: what the LM head reads, and what a
+    value or progress head on top of the policy reads (SPA-RL's estimator)."""
     if attention_mask_BxT is None:
       attention_mask_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
     valid_BxT = attention_mask_BxT.astype(bool)
@@ -249,9 +260,9 @@ class Decoder(nnx.Module):
     causal_TxT = jnp.tril(jnp.ones((t, t), bool))
     mask_BxTxT = causal_TxT[None] & valid_BxT[:, None, :]
     x, _ = self._layers(tokens_BxT, positions_BxT, mask_BxTxT, None, None)
-    if logit_positions_BxK is not None:
-      x = jnp.take_along_axis(x, logit_positions_BxK[..., None].astype(jnp.int32), axis=1)
-    return self._logits(x)
+    if at_BxK is not None:
+      x = jnp.take_along_axis(x, at_BxK[..., None].astype(jnp.int32), axis=1)
+    return x
 
   def forward_cached(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                      cache: KVCache, cache_index: jax.Array,

@@ -1,0 +1,72 @@
+"""The estimator methods: GRPO, Dr.GRPO, RLOO, CSA, GiGPO, CSA+GiGPO (and DAPO's knobs).
+
+The simplest case of the seam: no auxiliary state; the episodes' padded [B, G, T]
+arrays, after the reward-side knobs (DAPO's overlong shaping, the invalid-action
+penalty), go through the jitted estimator named by `algo.estimator`
+(csa_jax/advantages.py); one row per step carries its advantage into the clipped update.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from csa_jax import advantages as adv_lib
+from csa_jax import data as data_lib
+from csa_jax import rollout as rollout_lib
+from csa_jax.algorithms.base import Algorithm, Prepared, skip_update
+
+
+def shaped_rewards(arrays: rollout_lib.GroupArrays, algo, rollout
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """(rewards_BxG, step_rewards_BxGxT) after the reward-side knobs that are on:
+
+  - DAPO's overlong penalty: an episode's penalty is added to its return and to its last
+    step's reward (for step-reward estimators such as GiGPO);
+  - verl-agent's invalid-action penalty: each rejected step costs `invalid_penalty`, in
+    the episode's return and in that step's own reward.
+  Returns the arrays themselves when every knob is off.
+  """
+  rewards, step_rewards = arrays.rewards_BxG, arrays.step_rewards_BxGxT
+  if algo.overlong_cache_frac > 0:
+    max_len = rollout.max_action_tokens * (rollout.max_turns if algo.overlong_per == "episode"
+                                           else 1)
+    cache_len = max(1, round(algo.overlong_cache_frac * max_len))
+    shaped = np.asarray(adv_lib.shape_overlong_rewards(
+        rewards, arrays.action_len_BxGxT, arrays.mask_BxGxT, max_len=max_len,
+        cache_len=cache_len, factor=algo.overlong_factor, per=algo.overlong_per))
+    step_rewards = step_rewards.copy()
+    last = arrays.mask_BxGxT.sum(-1) - 1
+    b, g = np.nonzero(last >= 0)
+    step_rewards[b, g, last[b, g]] += shaped[b, g] - rewards[b, g]
+    rewards = shaped
+  if algo.invalid_penalty > 0:
+    invalid_BxGxT = (arrays.invalid_BxGxT & arrays.mask_BxGxT).astype(np.float32)
+    rewards = rewards - algo.invalid_penalty * invalid_BxGxT.sum(-1)
+    step_rewards = step_rewards - algo.invalid_penalty * invalid_BxGxT
+  return rewards, step_rewards
+
+
+def compute_advantages(arrays: rollout_lib.GroupArrays, algo, rollout) -> np.ndarray:
+  est = adv_lib.get_estimator(algo.estimator)
+  # The config holds every estimator's knobs; each estimator takes the ones it declares.
+  hp = dict(lam=algo.lam, gamma=algo.gamma, w=algo.w, eps=algo.eps,
+            std_normalize=algo.std_normalize)
+  hp = {k: v for k, v in hp.items() if k in est.hparams}
+  rewards, step_rewards = shaped_rewards(arrays, algo, rollout)
+  adv = est(rewards_BxG=jnp.asarray(rewards), logp_BxGxT=jnp.asarray(arrays.logp_BxGxT),
+            mask_BxGxT=jnp.asarray(arrays.mask_BxGxT),
+            step_rewards_BxGxT=jnp.asarray(step_rewards),
+            state_id_BxGxT=jnp.asarray(arrays.state_id_BxGxT), **hp)
+  return np.asarray(adv)
+
+
+class EstimatorAlgorithm(Algorithm):
+  name = "estimator"
+
+  def prepare(self, ctx, it, trajs, arrays, params, aux) -> Prepared:
+    c = ctx.cfg
+    adv_BxGxT = compute_advantages(arrays, c.algo, c.rollout)
+    rows = data_lib.rl_rows(trajs, adv_BxGxT, c.rollout.group_size, c.algo.row_weight)
+    return Prepared(rows=rows, aux=aux, metrics={"perf/aux_s": 0.0}, adv_BxGxT=adv_BxGxT,
+                    skip=skip_update(adv_BxGxT, c.algo))
