@@ -123,9 +123,6 @@ class SamplerPolicy:
     self.key = jax.random.wrap_key_data(np.asarray(data, np.uint32))
 
 
-make_policy = SamplerPolicy
-
-
 def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
              fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> tuple[dict, list]:
   """eval.num_episodes held-out tasks from eval.first_task on, one episode each."""

@@ -135,7 +135,7 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
   # ALFWorld games are generated on first use (seconds each): --tasks N keeps to cached ones.
   idx = rng.choice(num_tasks or cfg.env.num_train_tasks, size=groups, replace=False)
   tasks = [(cfg.env.train_split, int(i)) for i in idx for _ in range(group_size)]
-  policy = trainer_lib.make_policy(graphdef, lambda: params, tok, cfg, greedy=False,
+  policy = trainer_lib.SamplerPolicy(graphdef, lambda: params, tok, cfg, greedy=False,
                                    key=jax.random.key(seed), mesh=mesh)
   t0 = time.perf_counter()
   with EnvPool(cfg.env.name, dict(cfg.env.kwargs), rcfg.num_envs, backend=cfg.env.pool_backend,

@@ -57,32 +57,28 @@ def runs_table(runs) -> str:
   return "\n".join(lines)
 
 
-def metric_table(rows: list[dict], g: int) -> str:
+def _ci_table(rows: list[dict], g: int, first: str, estimators, value: str, lo: str,
+              hi: str) -> str:
+  """Estimators x metrics at group size g, each cell `value [lo, hi]` of those columns."""
   sel = [r for r in rows if r["G"] == g]
-  head = "| estimator | " + " | ".join(METRIC_NAMES.values()) + " |"
-  lines = [head, "|" + "---|" * (len(METRIC_NAMES) + 1)]
-  for est in ESTIMATORS:
+  lines = [f"| {first} | " + " | ".join(METRIC_NAMES.values()) + " |",
+           "|" + "---|" * (len(METRIC_NAMES) + 1)]
+  for est in estimators:
     cells = []
     for m in METRIC_NAMES:
       r = next((x for x in sel if x["estimator"] == est and x["metric"] == m), None)
-      cells.append("" if r is None else _ci(r["value"], r["lo"], r["hi"]))
+      cells.append("" if r is None else _ci(r[value], r[lo], r[hi]))
     lines.append(f"| {est} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
+
+
+def metric_table(rows: list[dict], g: int) -> str:
+  return _ci_table(rows, g, "estimator", ESTIMATORS, "value", "lo", "hi")
 
 
 def delta_table(rows: list[dict], g: int) -> str:
-  sel = [r for r in rows if r["G"] == g and r["estimator"] != "grpo"]
-  lines = ["| estimator - grpo | " + " | ".join(METRIC_NAMES.values()) + " |",
-           "|" + "---|" * (len(METRIC_NAMES) + 1)]
-  for est in ESTIMATORS:
-    if est == "grpo":
-      continue
-    cells = []
-    for m in METRIC_NAMES:
-      r = next((x for x in sel if x["estimator"] == est and x["metric"] == m), None)
-      cells.append("" if r is None else _ci(r["delta_vs_grpo"], r["delta_lo"], r["delta_hi"]))
-    lines.append(f"| {est} | " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+  return _ci_table(rows, g, "estimator - grpo", [e for e in ESTIMATORS if e != "grpo"],
+                   "delta_vs_grpo", "delta_lo", "delta_hi")
 
 
 def g_table(rows: list[dict], metric: str) -> str:
