@@ -65,6 +65,10 @@ class RolloutConfig:
   # ALFWorld); "faithful" is the observation text, as verl-agent keys it, which merges
   # states whose feedback reads alike ("Nothing happens." after any invalid action).
   anchor: str = "state"
+  # "bare": the answer is the action. "think": reasoning, then the action inside
+  # <action>...</action> (verl-agent's format; csa_jax/rollout.py, `parse_action`);
+  # max_action_tokens then budgets the reasoning too.
+  action_format: str = "bare"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,6 +336,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (r.max_turns >= 1, "rollout.max_turns must be >= 1"),
       (r.logp_reduce in ("sum", "mean"), "rollout.logp_reduce must be 'sum' or 'mean'"),
       (r.anchor in ("state", "faithful"), "rollout.anchor must be 'state' or 'faithful'"),
+      (r.action_format in ("bare", "think"), "rollout.action_format must be 'bare' or 'think'"),
       (cfg.model_path or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
        f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
