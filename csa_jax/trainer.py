@@ -36,7 +36,7 @@ from csa_jax import train_step as ts
 # Re-exported: the estimator methods' reward shaping and advantages live with them now.
 from csa_jax.algorithms.estimator import compute_advantages, shaped_rewards  # noqa: F401
 from csa_jax.checkpoint import Checkpointer, CheckpointError
-from csa_jax.config import ConfigError, ExperimentConfig, demos_dir, to_dict
+from csa_jax.config import ConfigError, ExperimentConfig, demos_dir, micro_batches, to_dict
 from csa_jax.signals import Interrupted, StopOnSignal
 from csa_jax.model import Decoder, hf
 from csa_jax.tokenizer import Tokenizer, train_bpe
@@ -318,7 +318,7 @@ class Trainer:
     ds = self._batches(rows, c.sft.batch_size, seed=c.seed, epochs=c.sft.epochs)
     tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
     state = ts.init_state(params, tx)
-    step = ts.make_sft_step(graphdef, tx)
+    step = ts.make_sft_step(graphdef, tx, micro_batches(c.optim, c.sft.batch_size))
     metrics = {}
     with tqdm(total=len(ds), desc="sft", unit="batch") as bar:
       for i, batch in enumerate(data_lib.iterate(ds)):
