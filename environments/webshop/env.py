@@ -41,8 +41,8 @@ StepInfo:
     Buy Now that does not win is -1 (the episode can no longer be won). The distance is exact
     for that plan; a win through another product that also scores 1 (a near duplicate) can be
     shorter, so the label is a sound lower bound on progress, not the exact optimum.
-Expert: follows the plan above; its query is the instruction without the price clause, or
-the target's title where the instruction does not bring the target into the top 50.
+Expert: follows the plan above; its query is the instruction's key terms (`expert_query`:
+no opening phrase, option names or price clause), or the target's title where the instruction does not bring the target into the top 50.
 """
 
 from __future__ import annotations
@@ -65,6 +65,14 @@ BACK, NEXT, PREV, BUY = "back to search", "next >", "< prev", "buy now"
 SUB_PAGES = {"description": "Description", "features": "Features", "reviews": "Reviews"}
 _ACTION = re.compile(r"(.+)\[(.+)\]", re.DOTALL)  # upstream's parse_action
 _PRICE_CLAUSE = re.compile(r", and price lower than [\d.]+ dollars$")
+_OPENING = re.compile(r"^(i am looking for|i'm looking for|i need|i want|find me|get me)( an?)? ")
+_OPTION_NAME = re.compile(r"(?: with|, and) [a-z]+(?: [a-z]+)?: ")
+
+
+def expert_query(instruction: str) -> str:
+  """The instruction's key terms: no opening phrase, option names or price clause."""
+  text = _PRICE_CLAUSE.sub("", instruction.lower()).strip()
+  return " ".join(_OPTION_NAME.sub(" ", _OPENING.sub("", text)).split())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,7 +351,7 @@ class WebShopTextEnv(TextEnv):
       g = self._goal
       p = self._product(g["asin"])
       page = None
-      for query in (_PRICE_CLAUSE.sub("", g["instruction_text"]), p["Title"].lower()):
+      for query in (expert_query(g["instruction_text"]), p["Title"].lower()):
         query = query.lower()
         hits = self.world.index.search(query, SEARCH_RETURN_N)
         pos = self.world.by_asin[g["asin"]]
