@@ -80,11 +80,12 @@ def token_set_ratio(s1: str, s2: str) -> int:
   return int(round(best))
 
 
+# Shades before the basic colours they contain or are sold as ("navy blue" -> "navy").
 COLORS = (
-    "beige", "black", "blue", "bronze", "brown", "burgundy", "charcoal", "coral", "cream",
-    "gold", "gray", "green", "grey", "ivory", "khaki", "lavender", "maroon", "mint", "navy",
-    "olive", "orange", "pink", "purple", "red", "rose", "silver", "tan", "teal", "turquoise",
-    "white", "yellow")
+    "navy", "charcoal", "burgundy", "maroon", "turquoise", "teal", "lavender", "khaki", "ivory",
+    "beige", "cream", "coral", "mint", "olive", "bronze", "silver", "gold", "rose", "tan",
+    "black", "white", "blue", "brown", "gray", "grey", "green", "orange", "pink", "purple",
+    "red", "yellow")
 
 
 def normalize_color(value: str) -> str:
