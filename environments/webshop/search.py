@@ -17,6 +17,7 @@ given query lists.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections import defaultdict
@@ -52,8 +53,10 @@ class BM25Index:
         counts[t] += 1
       for t, c in counts.items():
         self.postings[t].append((i, c))
+    self.postings = dict(self.postings)  # lookups of unknown terms must not add keys
     self.n = len(self.lengths)
     self.avgdl = (sum(self.lengths) / self.n) if self.n else 1.0
+    self._cache: dict[str, list[tuple[int, float]]] = {}
 
   def idf(self, term: str) -> float:
     df = len(self.postings.get(term, ()))
@@ -62,17 +65,24 @@ class BM25Index:
   def scores(self, query: str) -> dict[int, float]:
     """Document position -> BM25 score, for documents sharing a term with the query."""
     out: dict[int, float] = defaultdict(float)
-    k1, b, avgdl = self.k1, self.b, self.avgdl
     for term in tokenize(query):  # a repeated query term counts again, as in Lucene
-      posting = self.postings.get(term)
-      if not posting:
-        continue
-      idf = self.idf(term)
-      for doc, tf in posting:
-        norm = k1 * (1.0 - b + b * self.lengths[doc] / avgdl)
-        out[doc] += idf * tf / (tf + norm)
+      for doc, w in self._weights(term):
+        out[doc] += w
     return out
+
+  def _weights(self, term: str) -> list[tuple[int, float]]:
+    """(doc, idf * tf / (tf + k1 (1 - b + b dl / avgdl))) per posting, computed once a term."""
+    if term not in self.postings:
+      return []  # not cached: unknown terms (typos, noise) would grow the cache without bound
+    cached = self._cache.get(term)
+    if cached is None:
+      idf = self.idf(term)
+      k1, b, avgdl = self.k1, self.b, self.avgdl
+      cached = [(doc, idf * tf / (tf + k1 * (1.0 - b + b * self.lengths[doc] / avgdl)))
+                for doc, tf in self.postings.get(term, ())]
+      self._cache[term] = cached
+    return cached
 
   def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[int]:
     scored = self.scores(query)
-    return sorted(scored, key=lambda d: (-scored[d], d))[:k]
+    return heapq.nsmallest(k, scored, key=lambda d: (-scored[d], d))
