@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from environments import make_env
+from environments import demos, make_env
+from environments.registry import env_version
 from environments.webshop import catalog, reward
 from environments.webshop import env as wenv
 from environments.webshop.search import BM25Index
@@ -343,6 +344,13 @@ def test_random_detour_labels_sum_to_the_distance_change():
     r = env.step(a)
     total += r.info.oracle_label
   assert total == pytest.approx(d0 - env.expert_distance())
+
+
+def test_demonstrations_of_the_expert():
+  recs = demos.collect_demos("webshop", {}, "train", [0, 1, 2])
+  assert all(r["won"] and r["rewards"][-1] == 1.0 and sum(r["rewards"]) == 1.0 for r in recs)
+  assert recs[0]["actions"][0].startswith("search[") and recs[0]["actions"][-1] == "click[buy now]"
+  assert env_version("webshop") == "webshop r1"
 
 
 def test_demo_cli_prints_three_won_expert_episodes():
