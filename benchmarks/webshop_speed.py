@@ -56,7 +56,8 @@ def main(argv=None):
   print(f"reset: {1e3 * resets / args.episodes:.2f} ms (includes the expert's query on first use)")
   for p in steps:
     print(f"{p}: {steps[p]} steps, {steps[p] / secs[p]:.0f} steps/s")
-  print(f"mix (resets included): {total:.0f} steps/s; expert won {wins}/{(args.episodes + 1) // 2}, "
+  print(f"mix (resets included): {total:.0f} steps/s; "
+        f"expert won {wins}/{(args.episodes + 1) // 2}, "
         f"random bought in {bought}/{args.episodes // 2}")
 
 

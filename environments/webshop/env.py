@@ -38,11 +38,14 @@ StepInfo:
     and at Buy Now the reward's parts (r_type, n_attr, n_opt, r_price).
   * oracle_label: the decrease of `expert_distance` (steps to a win along the expert's plan:
     search the expert query, page to the target, open it, choose the goal options, buy); a
-    Buy Now that does not win is -1 (the episode can no longer be won). The distance is exact
-    for that plan; a win through another product that also scores 1 (a near duplicate) can be
-    shorter, so the label is a sound lower bound on progress, not the exact optimum.
+    Buy Now that does not win is -1 (the episode can no longer be won); an invalid action is 0.
+    The distance is that of the expert's plan from the current page, an upper bound on the
+    shortest way to a win (a near duplicate that also scores 1, or a query that ranks the
+    target higher, can be nearer), and it ignores the steps left; so the label measures
+    progress along that plan, not against the exact optimum.
 Expert: follows the plan above; its query is the instruction's key terms (`expert_query`:
-no opening phrase, option names or price clause), or the target's title where the instruction does not bring the target into the top 50.
+no opening phrase, option names or price clause), or the target's title where the
+instruction does not bring the target into the top 50.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from environments.webshop.search import SEARCH_RETURN_N, BM25Index
 PRODUCT_WINDOW = 10
 SEP = " [SEP] "
 BACK, NEXT, PREV, BUY = "back to search", "next >", "< prev", "buy now"
-SUB_PAGES = {"description": "Description", "features": "Features", "reviews": "Reviews"}
+SUB_PAGES = ("description", "features", "reviews")
 _ACTION = re.compile(r"(.+)\[(.+)\]", re.DOTALL)  # upstream's parse_action
 _PRICE_CLAUSE = re.compile(r", and price lower than [\d.]+ dollars$")
 _OPENING = re.compile(r"^(i am looking for|i'm looking for|i need|i want|find me|get me)( an?)? ")
@@ -87,7 +90,9 @@ class World:
 
 
 def _doc_text(p: dict[str, Any]) -> str:
-  options = ", and ".join(f"{name}: {', and '.join(values)}" for name, values in p["options"].items())
+  """What WebShop's index holds per product (convert_product_file_format.py), lower-cased."""
+  options = ", and ".join(f"{name}: {', and '.join(values)}"
+                          for name, values in p["options"].items())
   return " ".join([p["Title"], p["Description"], p["BulletPoints"][0] if p["BulletPoints"] else "",
                    options]).lower()
 
