@@ -361,6 +361,16 @@ def test_demo_cli_prints_three_won_expert_episodes():
   assert len(ends) == 3 and all(l.startswith("--- won=True") for l in ends)
 
 
+def test_every_method_has_a_webshop_experiment():
+  import experiments  # pylint: disable=g-import-not-at-top
+  from experiments.variants import VARIANTS  # pylint: disable=g-import-not-at-top
+  for algo in VARIANTS:
+    cfg = experiments.get_experiment(f"webshop_{algo}")
+    assert cfg.env.name == "webshop" and cfg.env.kwargs["step_limit"] == 15
+    assert (cfg.env.train_split, cfg.env.eval_split) == ("train", "test")
+    assert cfg.rollout.max_turns == 15
+
+
 @pytest.mark.slow
 def test_launch_webshop_csa_sft_then_rl(tmp_path):
   sets = ["sft.num_demos=6", "sft.epochs=2", "sft.batch_size=16", "rollout.tasks_per_iter=2",
