@@ -32,6 +32,20 @@ def test_token_set_ratio_hand_computed(a, b, expected):
   assert reward.token_set_ratio(b, a) == expected
 
 
+def test_token_set_ratio_matches_rapidfuzz():
+  """thefuzz.fuzz.token_set_ratio is int(round(rapidfuzz's, default_process)) for ASCII."""
+  from rapidfuzz import fuzz, utils  # pylint: disable=g-import-not-at-top
+  import random  # pylint: disable=g-import-not-at-top
+  rng = random.Random(0)
+  words = ["navy", "blue", "navy-blue", "x-large", "large", "8.5", "oz", "gluten", "free",
+           "long", "lasting", "lipstick", "Gloss", "a", "b", "abc", "abd", "tea tree", "|"]
+  for _ in range(2000):
+    a = " ".join(rng.choice(words) for _ in range(rng.randint(0, 5)))
+    b = " ".join(rng.choice(words) for _ in range(rng.randint(0, 5)))
+    ref = int(round(fuzz.token_set_ratio(a, b, processor=utils.default_process)))
+    assert reward.token_set_ratio(a, b) == ref, (a, b)
+
+
 def _product(**kw):
   p = {"asin": "B000000001", "name": "Acme Trail Running Shoe", "Title": "Acme Trail Running Shoe",
        "Description": "A light shoe.", "BulletPoints": ["rubber sole"],

@@ -13,10 +13,11 @@ Faithful:
   * r_type: 1, lowered to 0.5 when neither the search query, nor two product-category
     breadcrumbs, nor more than 0.2 of the goal name's nouns match, to 0.1 when fewer than
     0.1 of the nouns match and to 0 when none do; 0.2 when the goal name has no noun.
-  * `token_set_ratio` is thefuzz's (rapidfuzz's) definition, written here in pure Python: the
-    strings are processed (lower case, non-alphanumerics to spaces), split into token sets,
-    and the score is the best normalised Indel similarity (LCS based) among intersection vs
-    intersection+rest of each side and the two rests; 100 when one set contains the other.
+  * `token_set_ratio` is thefuzz's (rapidfuzz's) definition, written here in pure Python and
+    tested against rapidfuzz on random strings: the strings are processed (lower case,
+    non-alphanumerics to spaces), split into token sets, and the score is the best
+    normalised Indel similarity (LCS based) among intersection vs intersection + rest of each
+    side and the two rests, rounded; 100 when one set contains the other.
 Differs:
   * the nouns of a product name come from spaCy's part-of-speech tagger (en_core_web_lg)
     upstream; here they are the name's alphabetic tokens that are not stop words or numbers
@@ -34,13 +35,13 @@ from typing import Any, Mapping, Sequence
 EXACT_MATCH_OPTS = ("size",)
 FUZZY_THRESHOLD = 85
 
-_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+_LATIN1 = {i: None for i in range(128, 256)}
 
 
 def _process(s: str) -> str:
-  """thefuzz's full_process: ASCII only, lower case, non-alphanumerics to spaces, trimmed."""
-  s = s.encode("ascii", "ignore").decode("ascii").lower()
-  return _NON_ALNUM.sub(" ", s).strip()
+  """thefuzz's full_process with force_ascii: code points 128-255 deleted, then rapidfuzz's
+  default_process (every non-alphanumeric character to a space, lower case, trimmed)."""
+  return "".join(c if c.isalnum() else " " for c in s.translate(_LATIN1)).lower().strip()
 
 
 def _lcs(a: str, b: str) -> int:
