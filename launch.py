@@ -8,6 +8,8 @@ environment's prompts or actions, a demonstrations cache from another environmen
 version) ends with one line that says what is wrong, exit code 2, and nothing written.
 SIGTERM or Ctrl-C stop the run after the current RL iteration with a checkpoint saved
 (exit code 128 + the signal) and say how to continue; a second signal exits at once.
+`--dry-run` compiles the run's programs on the mesh without weights and prints the
+per-device memory plan (csa_jax/dry_run.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                  help="override a config leaf, e.g. --set rollout.group_size=4 (repeatable)")
   p.add_argument("--resume", action="store_true", help="continue from the workdir's checkpoint")
+  p.add_argument("--dry-run", action="store_true",
+                 help="compile the sampler, SFT and RL steps ahead of time on the mesh with "
+                      "abstract arrays, print per-device memory and exit (no weights, no "
+                      "environment, nothing written; exit 1 if it does not fit)")
   return p.parse_args(argv)
 
 
@@ -67,6 +73,13 @@ def main(argv=None) -> int:
     mesh_lib.make_mesh(cfg.mesh)
   except ValueError as e:
     fail(str(e))
+
+  if args.dry_run:
+    return dry_run(cfg)
+  if cfg.pretrained and not cfg.model_path:
+    fail(f"{cfg.name} is sized for {cfg.pretrained}: --set model_path=DIR (a local copy of "
+         "it); --dry-run plans its memory without weights; `--list` shows the CPU-sized "
+         "experiments")
 
   workdir = args.workdir or os.path.join("runs", cfg.name)
   ckpt_dir = os.path.join(workdir, "checkpoints")
@@ -110,6 +123,16 @@ def main(argv=None) -> int:
   print(f"\nwritten to {workdir}: metrics.jsonl, tb/, learning_curve.png, config.json, "
         "tokenizer.json, checkpoints/")
   return 0
+
+
+def dry_run(cfg) -> int:
+  from csa_jax import dry_run as dry
+  try:
+    plan = dry.plan(cfg)
+  except (FileNotFoundError, ValueError) as e:  # a model_path without config.json, ...
+    fail(str(e).splitlines()[0])
+  print(dry.verdict(plan))
+  return 1 if plan.fits is False else 0
 
 
 if __name__ == "__main__":

@@ -69,6 +69,9 @@ class RolloutConfig:
   # <action>...</action> (verl-agent's format; csa_jax/rollout.py, `parse_action`);
   # max_action_tokens then budgets the reasoning too.
   action_format: str = "bare"
+  # Prompt rows per prefill pass of the sampler (0: all num_envs at once): a long prompt's
+  # attention scores are what a big model's sampling runs out of memory on.
+  prefill_chunk: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,6 +216,9 @@ class EvalConfig:
   sampled: bool = True
   # Evaluate every this many RL iterations (0: only before and after RL).
   every: int = 0
+  # Temperature of the sampled evaluation ("eval_sampled/"); 0: the rollout temperature
+  # (the policy RL optimises). verl-agent validates at 0.4.
+  temperature: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +231,10 @@ class ExperimentConfig:
   # A local Hugging Face directory (Llama 3.x / Qwen2.x): the policy starts from it and
   # `model` only sets dtypes. Empty: a decoder of `model`'s shape trained from scratch.
   model_path: str = ""
+  # The pretrained checkpoint a full-size experiment is sized for (e.g.
+  # "meta-llama/Llama-3.1-8B-Instruct"): such a run needs `model_path` pointing at a local
+  # copy of it (`--dry-run` does not). Empty: any policy, from scratch or `model_path`.
+  pretrained: str = ""
   model: ModelConfig = dataclasses.field(default_factory=lambda: ModelConfig.tiny(vocab_size=1024))
   rollout: RolloutConfig = RolloutConfig()
   algo: AlgoConfig = AlgoConfig()
@@ -232,8 +242,14 @@ class ExperimentConfig:
   sft: SFTConfig = SFTConfig()
   eval: EvalConfig = EvalConfig()
   rl_iterations: int = 20
+  # The RL budget in environment steps (the proposal's 10,000 "online rollout steps"):
+  # RL ends after the iteration that reaches it, or at rl_iterations. 0: no step budget.
+  rl_env_steps: int = 0
   checkpoint_every: int = 5
   log_every: int = 1
+  # Device memory in GiB that `launch.py --dry-run` checks the plan against (0: the
+  # device's own limit where it reports one).
+  device_memory_gb: float = 0.0
 
 
 # ----------------------------------------------------------------------------------------
@@ -341,6 +357,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (r.logp_reduce in ("sum", "mean"), "rollout.logp_reduce must be 'sum' or 'mean'"),
       (r.anchor in ("state", "faithful"), "rollout.anchor must be 'state' or 'faithful'"),
       (r.action_format in ("bare", "think"), "rollout.action_format must be 'bare' or 'think'"),
+      (r.prefill_chunk >= 0 and (not r.prefill_chunk or r.num_envs % r.prefill_chunk == 0),
+       f"rollout.prefill_chunk={r.prefill_chunk} must divide rollout.num_envs "
+       f"({r.num_envs}) (0: off)"),
       (cfg.model_path or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
        f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
@@ -372,6 +391,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
        f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
+      (cfg.rl_env_steps >= 0, "rl_env_steps must be >= 0 (0: no budget in steps)"),
       (cfg.optim.micro_batch_size >= 0 and all(
           not cfg.optim.micro_batch_size or n % cfg.optim.micro_batch_size == 0
           for n in (a.minibatch_size, cfg.sft.batch_size)),
@@ -383,6 +403,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"eval_split == train_split it must be >= env.num_train_tasks "
        f"({cfg.env.num_train_tasks}) and sft.num_demos"),
       (cfg.eval.greedy or cfg.eval.sampled, "eval.greedy and eval.sampled are both off"),
+      (cfg.eval.temperature >= 0, "eval.temperature must be >= 0 (0: the rollout's)"),
   ]
   for ok, msg in checks:
     if not ok:

@@ -148,20 +148,46 @@ class _Loop:
   done_B: jax.Array
 
 
+def _prefill(model, tokens_BxP, positions_BxP, kv_mask_BxS, s, chunk):
+  """Logits of each row's last prompt slot [B, 1, V] and the filled cache of S slots.
+
+  With `chunk` (< B, dividing it) the rows go through in B / chunk passes one after
+  another (lax.map): a prompt's attention scores are [P, S] per head, so the prefill's
+  temporaries scale with the rows in flight. Pass k takes rows k, k + C, ... (C passes),
+  so every pass keeps the batch's sharding over 'data'."""
+  b = tokens_BxP.shape[0]
+  if not chunk or chunk >= b:
+    return model.forward_cached(tokens_BxP, positions_BxP, model.init_cache(b, s), 0,
+                                kv_mask_BxS, last_only=True)
+  if b % chunk:
+    raise ValueError(f"prefill_chunk {chunk} does not divide the batch of {b} prompts")
+  c = b // chunk
+  split = lambda x: jnp.moveaxis(x.reshape(chunk, c, *x.shape[1:]), 1, 0)
+  merge = lambda x: jnp.moveaxis(x, 0, 1).reshape(b, *x.shape[2:])
+
+  def one(args):
+    tok, pos, kvm = args
+    return model.forward_cached(tok, pos, model.init_cache(chunk, s), 0, kvm, last_only=True)
+
+  logits, cache = jax.lax.map(one, (split(tokens_BxP), split(positions_BxP),
+                                    split(kv_mask_BxS)))
+  return merge(logits), jax.tree.map(merge, cache)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id",
-                                              "cache_sharding"))
+                                              "cache_sharding", "prefill_chunk"))
 def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, *, cfg, pad_id,
-                cache_sharding):
+                cache_sharding, prefill_chunk=0):
   model = nnx.merge(graphdef, state)
   b, p = tokens_BxP.shape
   n = cfg.max_new_tokens
   tokens_BxP, mask_BxP = to_left_padding(tokens_BxP, mask_BxP, pad_id)
   constrain = ((lambda c: jax.lax.with_sharding_constraint(c, cache_sharding))
                if cache_sharding is not None else (lambda c: c))
-  cache = constrain(model.init_cache(b, p + n))
   kv_mask_BxS = jnp.concatenate([mask_BxP, jnp.zeros((b, n), jnp.int32)], 1)
-  logits_BxPxV, cache = model.forward_cached(
-      tokens_BxP, default_positions(mask_BxP), cache, 0, kv_mask_BxS)
+  logits_BxPxV, cache = _prefill(model, tokens_BxP, default_positions(mask_BxP),
+                                 kv_mask_BxS, p + n, prefill_chunk)
+  cache = constrain(cache)
   first_pos_B = mask_BxP.sum(1)  # position of the first generated token
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
 
@@ -202,14 +228,16 @@ def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, *, cfg, pad_id,
 def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
            rng: jax.Array, cfg: SamplingConfig, pad_id: int,
            mesh: Mesh | None = None,
-           rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES) -> SampleOutput:
+           rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
+           prefill_chunk: int = 0) -> SampleOutput:
   """Samples up to cfg.max_new_tokens tokens after each prompt row.
 
   prompt_mask_BxP is 1 on real prompt tokens (left or right padded, at least
   one per row). With a mesh, the batch is sharded over 'data' and the KV cache
   by `rules`; place the model first with `mesh.shard_model(model, mesh,
   SAMPLE_RULES)`. Uses the functional NNX pattern (nnx.split outside,
-  nnx.merge inside one jax.jit).
+  nnx.merge inside one jax.jit). prefill_chunk: prompt rows per prefill pass (0: all
+  at once); it bounds the prefill's memory, not its result.
   """
   mask_np = np.asarray(prompt_mask_BxP)
   if mask_np.ndim != 2 or np.asarray(prompt_tokens_BxP).shape != mask_np.shape:
@@ -237,7 +265,8 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
     cache_sharding = KVCache(k=(one,) * n_layers, v=(one,) * n_layers)
   graphdef, state = nnx.split(model)
   return _sample_jit(graphdef, state, tokens, mask, rng, cfg=cfg,
-                     pad_id=int(pad_id), cache_sharding=cache_sharding)
+                     pad_id=int(pad_id), cache_sharding=cache_sharding,
+                     prefill_chunk=int(prefill_chunk))
 
 
 def left_pad(token_lists: Sequence[Sequence[int]], pad_id: int,

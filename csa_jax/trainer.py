@@ -81,11 +81,11 @@ def demo_corpus(records, fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> l
   return texts
 
 
-def sampling_config(cfg: ExperimentConfig, tok: Tokenizer, *, greedy: bool
-                    ) -> sampling.SamplingConfig:
+def sampling_config(cfg: ExperimentConfig, tok: Tokenizer, *, greedy: bool,
+                    temperature: float | None = None) -> sampling.SamplingConfig:
   r = cfg.rollout
   return sampling.SamplingConfig(
-      max_new_tokens=r.max_action_tokens, temperature=r.temperature, top_p=r.top_p,
+      max_new_tokens=r.max_action_tokens, temperature=temperature or r.temperature, top_p=r.top_p,
       top_k=r.top_k, greedy=greedy, stop_token_ids=(tok.eos_id,))
 
 
@@ -97,10 +97,11 @@ class SamplerPolicy:
   """
 
   def __init__(self, graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *,
-               greedy: bool, key: jax.Array, mesh=None):
+               greedy: bool, key: jax.Array, mesh=None, temperature: float | None = None):
     self._graphdef, self._get_params, self._tok, self._mesh = graphdef, get_params, tok, mesh
-    self._scfg = sampling_config(cfg, tok, greedy=greedy)
+    self._scfg = sampling_config(cfg, tok, greedy=greedy, temperature=temperature)
     self._bucket = cfg.rollout.max_prompt_tokens
+    self._prefill_chunk = cfg.rollout.prefill_chunk
     self.key = key
 
   def __call__(self, prompts: list[list[int]], rng: np.random.Generator):
@@ -110,7 +111,8 @@ class SamplerPolicy:
     self.key, sub = jax.random.split(self.key)
     model = nnx.merge(self._graphdef, self._get_params())
     out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
-                          cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh)
+                          cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
+                          prefill_chunk=self._prefill_chunk)
     ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
                         np.asarray(out.lengths_B))
     return ([ids[i, :lens[i]].tolist() for i in range(len(prompts))],
@@ -263,7 +265,8 @@ class Trainer:
       try:
         model, tok = hf.from_pretrained(c.model_path, dtype=c.model.dtype,
                                         param_dtype=c.model.param_dtype,
-                                        mesh=self.mesh, rules=mesh_lib.TRAIN_RULES)
+                                        mesh=self.mesh, rules=mesh_lib.TRAIN_RULES,
+                                        remat=c.model.remat)
       except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
         raise SetupError(f"model_path {c.model_path}: {str(e).splitlines()[0]}") from None
       fmt = (rollout_lib.PromptFormat.chat(tok, c.rollout.action_format) if tok.chat_template
@@ -495,12 +498,13 @@ class Trainer:
         self.policies[prefix] = SamplerPolicy(graphdef, lambda: live["params"], self.tok, c,
                                               greedy=greedy,
                                               key=jax.random.fold_in(key, 2 + greedy),
-                                              mesh=self.mesh)
+                                              mesh=self.mesh, temperature=c.eval.temperature)
     meta = {"phase": "start", "iteration": 0}
     if self.resume:
       state, meta = self._restore(state)
       live["params"] = state.params
-      if meta["phase"] == "done" and c.rl_iterations > int(meta["iteration"]):
+      if (meta["phase"] == "done" and c.rl_iterations > int(meta["iteration"])
+          and not self._budget_spent()):
         meta["phase"] = "rl"  # a finished run extended with a larger rl_iterations
 
     eval_keys = {k: p.key for k, p in self.policies.items() if k != "rollout"}
@@ -535,15 +539,17 @@ class Trainer:
     self.ctx = self._context(graphdef, tx, pool, live, ref_params)
     rl_step = self.algo.make_step(self.ctx)
 
-    start = int(meta["iteration"])
+    start = last = int(meta["iteration"])
     with tqdm(total=c.rl_iterations, initial=start, desc=f"rl ({algorithms.label(c.algo)})",
               unit="it") as bar:
       for it in range(start, c.rl_iterations):
+        if self._budget_spent():
+          break
         if self.stop.requested:  # during SFT's evaluation or a resume: `it` is saved
           raise Interrupted(self.stop.requested, self.ckpt.directory, it)
         state, m = self._rl_iteration(it, pool, self.policies["rollout"], rl_step, state,
                                       ref_params)
-        live["params"] = state.params
+        live["params"], last = state.params, it + 1
         if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
           m |= evaluate_all(f"it {it + 1}")
         self.writer.write(it + 1, m)
@@ -557,8 +563,13 @@ class Trainer:
     if c.rl_iterations > 0 and meta["phase"] != "done":
       m = evaluate_all("RL")
       self.summary["rl"] = m
-      self.writer.write(c.rl_iterations, m | {"perf/env_steps_total": self.env_steps})
-      self._save(c.rl_iterations, state, {"phase": "done", "iteration": c.rl_iterations})
+      self.writer.write(last, m | {"perf/env_steps_total": self.env_steps})
+      self._save(last, state, {"phase": "done", "iteration": last})
+
+  def _budget_spent(self) -> bool:
+    """`rl_env_steps` environment steps taken: RL ends after the iteration that spent them
+    (every method gets the same interaction budget, whatever its episode lengths)."""
+    return bool(self.cfg.rl_env_steps) and self.env_steps >= self.cfg.rl_env_steps
 
   # -- checkpoints ----------------------------------------------------------------------
 

@@ -1,7 +1,11 @@
-"""ALFWorld (household tasks in TextWorld, six task types), the proposal's embodied benchmark.
+"""ALFWorld (household tasks in TextWorld, six task types), the proposal's embodied benchmark,
+sized for a CPU: a small decoder trained from scratch.
 
-    python launch.py --exp alfworld_csa --mesh 4x2 --set model_path=/ckpt/Qwen2.5-1.5B-Instruct
-    python launch.py --exp alfworld_grpo ...     # and _dapo, _csa_dapo, _gigpo, _rloo, ...
+    python launch.py --exp alfworld_tiny_csa
+    python launch.py --exp alfworld_tiny_grpo ...   # and _dapo, _csa_dapo, _gigpo, _rloo, ...
+
+The full-size presets for pretrained models (`alfworld_*` with Llama-3.1-8B-Instruct,
+`alfworld_qwen1p5b_*`, `alfworld_qwen7b_*`) are in experiments/full_size.py.
 
 Tasks are generated offline in the ALFWorld format from what the `alfworld` wheel ships
 (`source="generated"`, every game checked solvable by the planner); with the official data
@@ -10,8 +14,7 @@ Evaluation is on `eval_unseen`: floor plans never used for training (the proposa
 generalisation metric). The oracle step label is the decrease of the exact shortest distance to
 the goal, so `credit/spearman` is the proposal's step-level credit accuracy.
 
-Without `model_path` the policy is a small decoder trained from scratch (CPU-sized, a few
-hours on 2 cores); with it, a Llama 3.x / Qwen2.x checkpoint in bf16.
+The policy is a small decoder trained from scratch (a few hours on 2 cores).
 """
 
 from csa_jax.config import (AlgoConfig, EnvConfig, EvalConfig, ExperimentConfig,
@@ -22,7 +25,7 @@ from experiments.variants import register_family
 
 def base() -> ExperimentConfig:
   return ExperimentConfig(
-      name="alfworld",
+      name="alfworld_tiny",
       env=EnvConfig(name="alfworld",
                     kwargs={"source": "generated", "num_train": 1000, "num_eval": 140,
                             "step_limit": 50, "oracle_labels": True},
@@ -43,4 +46,5 @@ def base() -> ExperimentConfig:
   )
 
 
-register_family("alfworld", base, "ALFWorld (generated tasks, eval on unseen floor plans)")
+register_family("alfworld_tiny", base,
+                "ALFWorld, CPU-sized decoder from scratch (eval on unseen floor plans)")

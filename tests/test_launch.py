@@ -62,7 +62,7 @@ def _refused(out, workdir, *needles):
     (["--set", "env.eval_split=nosplit"], ["split 'nosplit'", "unknown split"]),
     (["--set", "env.train_split=dev", "--set", "env.num_train_tasks=100000"],
      ["env.num_train_tasks = 100000", "tasks in split 'dev'"]),
-    (["--exp", "alfworld_csa", "--set", "env.kwargs.source=official"],
+    (["--exp", "alfworld_tiny_csa", "--set", "env.kwargs.source=official"],
      ["no official ALFWorld data at", "alfworld-download"]),
     (["--exp", "scienceworld_csa", "--set", "env.kwargs.task=boil-nothing"],
      ["unknown ScienceWorld task 'boil-nothing'"]),

@@ -213,6 +213,35 @@ def test_bf16_sampling_runs():
           & (np.asarray(out.tokens_BxN) < V)).all()
 
 
+def test_a_remat_model_samples_what_the_same_model_without_remat_samples(prompts):
+  """Full-size configs rematerialise layers for the backward pass; the sampler's cached
+  path must still run (nnx.remat inside its while_loop failed) and agree exactly."""
+  cfg = ModelConfig.tiny(V, qkv_bias=True)
+  plain = Decoder(cfg, rngs=nnx.Rngs(0))
+  remat = Decoder(cfg.replace(remat=True), rngs=nnx.Rngs(0))
+  _, (tokens, mask) = prompts
+  scfg = SamplingConfig(max_new_tokens=6)
+  got = sample(remat, tokens, mask, rng=jax.random.key(3), cfg=scfg, pad_id=PAD)
+  want = sample(plain, tokens, mask, rng=jax.random.key(3), cfg=scfg, pad_id=PAD)
+  np.testing.assert_array_equal(np.asarray(got.tokens_BxN), np.asarray(want.tokens_BxN))
+  np.testing.assert_array_equal(np.asarray(got.logprobs_BxN), np.asarray(want.logprobs_BxN))
+  # (Its gradients under remat: tests/test_model.py, test_remat_gives_same_gradients.)
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_chunked_prefill_samples_what_one_prefill_samples(model, prompts, chunk):
+  _, (tokens, mask) = prompts
+  for scfg in (SamplingConfig(max_new_tokens=5, greedy=True), SamplingConfig(max_new_tokens=5)):
+    got = sample(model, tokens, mask, rng=jax.random.key(1), cfg=scfg, pad_id=PAD,
+                 prefill_chunk=chunk)
+    want = sample(model, tokens, mask, rng=jax.random.key(1), cfg=scfg, pad_id=PAD)
+    np.testing.assert_array_equal(np.asarray(got.tokens_BxN), np.asarray(want.tokens_BxN))
+    np.testing.assert_allclose(np.asarray(got.logprobs_BxN), np.asarray(want.logprobs_BxN),
+                               atol=ATOL_LOGP)
+  with pytest.raises(ValueError, match="prefill_chunk 3 does not divide"):
+    sample(model, tokens, mask, rng=jax.random.key(1), cfg=scfg, pad_id=PAD, prefill_chunk=3)
+
+
 def test_left_pad_and_truncate_at_stop():
   tokens, mask = left_pad([[7, 8, 9], [5]], pad_id=0, bucket=4)
   np.testing.assert_array_equal(tokens, [[0, 7, 8, 9], [0, 0, 0, 5]])

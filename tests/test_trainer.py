@@ -63,8 +63,8 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<e
                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
-def test_pretrained_checkpoint_with_chat_template(tmp_path):
-  """model_path: an HF directory (weights, tokenizer.json, chat template) is the policy."""
+def _tiny_hf_checkpoint(ckpt, extra_text="", max_seq_len=256):
+  """A tiny Qwen2-shaped HF directory: weights, tokenizer.json, chat template."""
   import json as _json
 
   from flax import nnx
@@ -72,17 +72,23 @@ def test_pretrained_checkpoint_with_chat_template(tmp_path):
   from csa_jax.model import Decoder, ModelConfig, hf
   from csa_jax.tokenizer import Tokenizer, train_bpe
 
-  ckpt = tmp_path / "ckpt"
   tok = train_bpe(["Task: Your task is to find the coin. move north take coin <|user|>"
-                   "<|assistant|> You are in the kitchen."] * 20, 300)
+                   "<|assistant|> You are in the kitchen." + extra_text] * 20, 300)
   cfg = ModelConfig.tiny(vocab_size=320, hidden_size=32, intermediate_size=64, head_dim=8,
-                         num_heads=2, num_kv_heads=1, max_seq_len=256, qkv_bias=True,
+                         num_heads=2, num_kv_heads=1, max_seq_len=max_seq_len, qkv_bias=True,
                          tie_embeddings=True)
   hf.save_pretrained(Decoder(cfg, rngs=nnx.Rngs(0)), str(ckpt))
   tok.save(str(ckpt))
   (ckpt / "tokenizer_config.json").write_text(_json.dumps(
       {"eos_token": "<eos>", "pad_token": "<pad>", "chat_template": CHAT_TEMPLATE}))
   assert Tokenizer.from_hf_dir(str(ckpt)).chat_template
+  return tok
+
+
+def test_pretrained_checkpoint_with_chat_template(tmp_path):
+  """model_path: an HF directory (weights, tokenizer.json, chat template) is the policy."""
+  ckpt = tmp_path / "ckpt"
+  tok = _tiny_hf_checkpoint(ckpt)
 
   base = tiny_cfg(1, tmp_path / 'demos')
   # The tiny tokenizer spells text out in many tokens: 234 (prompt) and 10 (action) needed.
@@ -98,6 +104,38 @@ def test_pretrained_checkpoint_with_chat_template(tmp_path):
   assert trainer.fmt.suffix_ids == tuple(tok.encode("<eos><|assistant|>", specials=True))
   assert trainer.fmt.action_prefix == ""
   assert not os.path.exists(os.path.join(work, "tokenizer.json"))
+
+
+def test_think_format_run_of_a_pretrained_checkpoint_stops_at_its_env_step_budget(tmp_path):
+  """The full-size format on a tiny HF checkpoint: reasoning then <action>...</action>,
+  SFT on wrapped expert actions, one RL iteration, and `rl_env_steps` ending RL after the
+  iteration that spent it although rl_iterations allows three."""
+  from csa_jax.checkpoint import Checkpointer
+  from csa_jax.rollout import THINK_CUE
+
+  ckpt = tmp_path / "ckpt"
+  _tiny_hf_checkpoint(ckpt, extra_text=THINK_CUE + " <action>take coin</action> hmm",
+                      max_seq_len=512)
+  cfg = apply_overrides(tiny_cfg(3, tmp_path / "demos"), [
+      f"model_path={ckpt}", "eval.num_episodes=3", "eval.sampled=false",
+      "rollout.action_format=think", "rollout.max_prompt_tokens=400",
+      "rollout.max_action_tokens=40", "rl_env_steps=1", "optim.micro_batch_size=8"])
+  work = str(tmp_path / "run")
+  trainer = Trainer(cfg, work)
+  summary = trainer.run()
+  assert trainer.fmt.action_format == "think" and trainer.fmt.action_prefix == ""
+  recs = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
+  assert np.isfinite(next(r for r in recs if "sft/nll" in r)["sft/nll"])
+  rl = [r for r in recs if "rollout/success" in r]
+  assert [r["step"] for r in rl] == [1]  # the budget (1 step) is spent by the first iteration
+  assert np.isfinite(rl[0]["loss/pg_loss"])
+  # An untrained policy rarely writes one well-formed wrapper: malformed answers are invalid.
+  assert rl[0]["rollout/invalid_action_frac"] > 0
+  final = [r for r in recs if "eval/success" in r][-1]
+  assert final["step"] == 1 and summary["rl"]["eval/episodes"] == 3
+  tree, meta = Checkpointer(os.path.join(work, "checkpoints")).read()
+  assert (meta["phase"], meta["iteration"]) == ("done", 1)
+  del tree
 
 
 def test_process_pool_trainer_reaches_credit_metrics(tmp_path):
@@ -118,7 +156,7 @@ def test_process_pool_trainer_reaches_credit_metrics(tmp_path):
 
 @pytest.mark.slow
 def test_alfworld_end_to_end_through_process_pool(tmp_path):
-  cfg = experiments.get_experiment("alfworld_csa")
+  cfg = experiments.get_experiment("alfworld_tiny_csa")
   cfg = apply_overrides(cfg, [
       "sft.num_demos=2", "sft.epochs=1", "sft.batch_size=8", "rollout.tasks_per_iter=1",
       "rollout.group_size=2", "rollout.num_envs=2", "rollout.max_turns=3",

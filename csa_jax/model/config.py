@@ -126,3 +126,37 @@ class ModelConfig:
         rope_theta=10_000.0, max_seq_len=1024)
     fields.update(overrides)
     return cls(**fields)
+
+
+# The shapes of the pretrained checkpoints the full-size experiments are sized for, as
+# their config.json files give them (Hugging Face: meta-llama/Llama-3.1-8B-Instruct,
+# Qwen/Qwen2.5-1.5B-Instruct, Qwen/Qwen2.5-7B-Instruct). A run loads the real shape from
+# `model_path`; these let `launch.py --dry-run` plan memory with no weights at hand.
+# Parameters are stored in float32 (the optimizer's master copy: at the recipes' 1e-6
+# learning rate a bfloat16 weight would not move) and computed in bfloat16, each layer
+# rematerialised in the backward pass.
+PRESETS: dict[str, dict[str, Any]] = {
+    "llama-3.1-8b": dict(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,
+        num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=500_000.0,
+        rope_scaling=Llama3RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                       original_max_position_embeddings=8192),
+        rms_norm_eps=1e-5, tie_embeddings=False, qkv_bias=False, max_seq_len=131072),
+    "qwen2.5-1.5b": dict(
+        vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28,
+        num_heads=12, num_kv_heads=2, head_dim=128, rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6, tie_embeddings=True, qkv_bias=True, max_seq_len=32768),
+    "qwen2.5-7b": dict(
+        vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28,
+        num_heads=28, num_kv_heads=4, head_dim=128, rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6, tie_embeddings=False, qkv_bias=True, max_seq_len=32768),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+  """A pretrained checkpoint's shape (PRESETS), fp32 master weights, bf16 compute, remat."""
+  if name not in PRESETS:
+    raise ValueError(f"unknown model preset {name!r}; known: {', '.join(sorted(PRESETS))}")
+  fields = dict(PRESETS[name], param_dtype="float32", dtype="bfloat16", remat=True)
+  fields.update(overrides)
+  return ModelConfig(**fields)

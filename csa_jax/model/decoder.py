@@ -266,13 +266,16 @@ class Decoder(nnx.Module):
 
   def forward_cached(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                      cache: KVCache, cache_index: jax.Array,
-                     kv_mask_BxS: jax.Array) -> tuple[jax.Array, KVCache]:
+                     kv_mask_BxS: jax.Array, *, last_only: bool = False
+                     ) -> tuple[jax.Array, KVCache]:
     """Forward over tokens written at cache slots cache_index .. +T-1.
 
     cache_index is one (traced) int for the whole batch, so prompts must be
     left-padded (the sampler does that). kv_mask_BxS is True on cache slots
     holding real tokens, including this call's slots. Query slot q attends
-    slot s iff s <= q and kv_mask[b, s]. Returns (logits [B,T,V] f32, cache).
+    slot s iff s <= q and kv_mask[b, s]. Returns (logits [B,T,V] f32, cache);
+    with last_only, logits [B,1,V] of the last slot alone (a prefill needs no
+    more, and [B,P,V] float32 logits of a 150k vocabulary would dwarf the model).
     """
     t, s = tokens_BxT.shape[1], kv_mask_BxS.shape[1]
     q_slots_T = cache_index + jnp.arange(t)
@@ -280,7 +283,7 @@ class Decoder(nnx.Module):
     mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
     x, cache = self._layers(tokens_BxT, positions_BxT, mask_BxTxS, cache,
                             cache_index)
-    return self._logits(x), cache
+    return self._logits(x[:, -1:] if last_only else x), cache
 
   def init_cache(self, batch_size: int, max_len: int) -> KVCache:
     """Zero KV cache of max_len slots (prompt + new tokens)."""
@@ -296,7 +299,9 @@ class Decoder(nnx.Module):
     # A trace-time NumPy constant, not state.
     inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
     cos, sin = rope_cos_sin(positions_BxT, inv_freq)
-    run = nnx.remat(_run_layer) if self.cfg.remat else _run_layer
+    # Remat saves activations for a backward pass; the cached (sampling) path has none,
+    # and nnx.remat cannot run inside the sampler's while_loop over a merged model.
+    run = nnx.remat(_run_layer) if self.cfg.remat and cache is None else _run_layer
     new_k, new_v = [], []
     for i, layer in enumerate(self.layers):
       kv = None if cache is None else (cache.k[i], cache.v[i])

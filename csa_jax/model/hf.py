@@ -312,7 +312,8 @@ def _flat_params(abstract: nnx.Module):
 def load_model(path: str, *, dtype: str = "float32",
                param_dtype: str | None = None, max_seq_len: int | None = None,
                mesh: jax.sharding.Mesh | None = None,
-               rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES) -> Decoder:
+               rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
+               remat: bool = False) -> Decoder:
   """The Decoder of a local HF directory; see `from_pretrained`."""
   if not os.path.isdir(path):
     raise HFCheckpointError(f"not a directory: {path}")
@@ -321,7 +322,7 @@ def load_model(path: str, *, dtype: str = "float32",
   if not isinstance(hf_cfg, dict):
     raise HFCheckpointError(f"{cfg_path}: expected a JSON object")
   cfg = config_from_hf(hf_cfg, dtype=dtype, param_dtype=param_dtype,
-                       max_seq_len=max_seq_len, source=cfg_path)
+                       max_seq_len=max_seq_len, source=cfg_path).replace(remat=remat)
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
   graphdef, state, flat = _flat_params(abstract)
   shardings = None
@@ -365,19 +366,20 @@ def from_pretrained(path: str, *, dtype: str = "float32",
                     max_seq_len: int | None = None,
                     mesh: jax.sharding.Mesh | None = None,
                     rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
-                    load_tokenizer: bool = True
+                    load_tokenizer: bool = True, remat: bool = False
                     ) -> tuple[Decoder, Tokenizer | None]:
   """Loads a local HF Llama / Qwen2 directory: (model, tokenizer).
 
   dtype: compute dtype ("float32" / "bfloat16"); param_dtype: storage dtype
   (default: dtype). max_seq_len: default max_position_embeddings. With a mesh,
   each parameter is placed straight onto its shards by `rules` (never whole
-  on one device). The model maps tokens [B, T] to float32 logits [B, T, V].
+  on one device). remat: rematerialise each layer in the backward pass. The model
+  maps tokens [B, T] to float32 logits [B, T, V].
   The tokenizer (None when load_tokenizer=False) is
   `Tokenizer.from_hf_dir(path)`.
   """
   model = load_model(path, dtype=dtype, param_dtype=param_dtype,
-                     max_seq_len=max_seq_len, mesh=mesh, rules=rules)
+                     max_seq_len=max_seq_len, mesh=mesh, rules=rules, remat=remat)
   tok = Tokenizer.from_hf_dir(path) if load_tokenizer else None
   return model, tok
 
