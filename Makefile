@@ -11,8 +11,9 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.req-stamp: requirements.txt | $(BIN)/python
+$(VENV)/.req-stamp: requirements.txt requirements-nodeps.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
 
 $(VENV)/.test-stamp: requirements-test.txt $(VENV)/.req-stamp

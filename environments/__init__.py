@@ -14,3 +14,5 @@ if importlib.util.find_spec("scienceworld"):
   import environments.scienceworld_env  # noqa: F401,E402  (registers "scienceworld")
 if importlib.util.find_spec("alfworld"):
   import environments.alfworld_env  # noqa: F401,E402  (registers "alfworld")
+if importlib.util.find_spec("virtualhome_eval"):
+  import environments.virtualhome_env  # noqa: F401,E402  (registers "virtualhome")
