@@ -262,9 +262,12 @@ class VirtualHomeTextEnv(TextEnv):
   # ---- episode ------------------------------------------------------------------------------
 
   def reset(self, split: str, index: int) -> StepResult:
+    return self.reset_task(self.task(split, index))
+
+  def reset_task(self, task: Task) -> StepResult:
+    """Starts `task` (any of `all_tasks()`, the EXCLUDED one too)."""
     from virtualhome_eval.simulation.evolving_graph.environment import EnvironmentState  # pylint: disable=g-import-not-at-top
     from virtualhome_eval.simulation.evolving_graph.execution import ScriptExecutor  # pylint: disable=g-import-not-at-top
-    task = self.task(split, index)
     with _GRAPH_LOCK:
       graph, init, final = _graphs(task.task_id)
     self._task = task
@@ -384,6 +387,10 @@ class VirtualHomeTextEnv(TextEnv):
     ids = set(s._new_edges_from.get((from_id, rel), ()))  # pylint: disable=protected-access
     ids.update(self._graph.get_node_ids_from(from_id, rel))
     return ids - s._removed_edges_from.get((from_id, rel), set())  # pylint: disable=protected-access
+
+  def state_dict(self) -> dict:
+    """The current scene graph as upstream writes it (`EnvironmentState.to_dict`)."""
+    return self._state.to_dict()
 
   def _states(self, node_id: int) -> list[str]:
     return sorted(s.name for s in self._state.get_node(node_id).states)

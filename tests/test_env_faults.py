@@ -23,6 +23,7 @@ ENVS = {
     "twx": ({"game": "cookingworld", "step_limit": 60}, "thread", "train"),
     "scienceworld": ({"task": "find-non-living-thing", "step_limit": 60}, "thread", "train"),
     "alfworld": (_alfworld_kwargs, "process", "train"),
+    "virtualhome": ({}, "process", "train"),
 }
 
 HOSTILE = [
