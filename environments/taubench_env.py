@@ -49,7 +49,9 @@ checkpoint's chat template, tau2's user-simulator instructions and the scenario 
 prompt); that path needs a checkpoint and is not run by the tests here.
 
 Splits: the shipped `split_tasks.json` (retail 74 train / 40 test, airline 30 / 20). The held-out
-domain is a config (train on retail, evaluate on airline: `experiments/taubench.py`).
+domain: with `heldout_domain="airline"` (and `domain="retail"`), split "heldout" serves all 50
+airline tasks with airline's policy, tools and database (`experiments/taubench.py`'s
+`taubench_heldout_*`: train on retail, evaluate on airline).
 
 Expert: the task's gold actions as tool calls, then one message that states every
 `communicate_info` string and asks whether there is anything else; the scripted user then
@@ -73,6 +75,8 @@ from environments.registry import register_env
 
 DOMAINS = ("retail", "airline")
 SPLITS = ("train", "test")
+# With `heldout_domain`, the env also serves "heldout": every task of that domain.
+ENV_SPLITS = SPLITS + ("heldout",)
 STOP = "###STOP###"
 _WRITE_TOOLS = {
     "retail": {"cancel_pending_order", "exchange_delivered_order_items",
@@ -280,12 +284,17 @@ def _load_user_model(model_path: str):
 class TauBenchTextEnv(TextEnv):
   """tau2 retail / airline with a pluggable user; pure Python."""
 
-  splits = SPLITS
+  splits = ENV_SPLITS
 
   def __init__(self, domain: str = "retail", step_limit: int = 30, user: str = "scripted",
-               user_model_path: str = "", system_prompt: str = "full", max_user_turns: int = 10):
+               user_model_path: str = "", system_prompt: str = "full", max_user_turns: int = 10,
+               heldout_domain: str = ""):
     if domain not in DOMAINS:
       raise ValueError(f"domain={domain!r}; valid: {', '.join(DOMAINS)}")
+    if heldout_domain and (heldout_domain not in DOMAINS or heldout_domain == domain):
+      raise ValueError(f"heldout_domain={heldout_domain!r}; valid: '' or a domain other than "
+                       f"{domain!r} among {', '.join(DOMAINS)}")
+    self._heldout = heldout_domain
     if user not in ("scripted", "model"):
       raise ValueError(f"user={user!r}; valid: scripted, model")
     if user == "model" and not os.path.isdir(user_model_path or ""):
@@ -299,31 +308,35 @@ class TauBenchTextEnv(TextEnv):
       raise ValueError(f"system_prompt={system_prompt!r}; valid: full, brief")
     if not isinstance(step_limit, int) or step_limit < 1:
       raise ValueError(f"step_limit={step_limit!r}; must be a positive integer")
-    self.domain, self._limit, self._user_kind = domain, step_limit, user
+    self._home, self._limit, self._user_kind = domain, step_limit, user
+    self.domain = domain  # the current episode's domain
     self._user_model_path, self._max_user_turns = user_model_path, max_user_turns
-    self._system = self._system_prompt(system_prompt)
+    self._systems = {d: self._system_prompt(d, system_prompt) for d in DOMAINS
+                     if d in (domain, heldout_domain)}
     self._task: Task | None = None
     self._done = True
 
-  def _system_prompt(self, kind: str) -> str:
-    names = [t["name"] for t in tool_schemas(self.domain)]
+  def _system_prompt(self, domain: str, kind: str) -> str:
+    names = [t["name"] for t in tool_schemas(domain)]
     fmt = ('Each turn, either call one tool by writing only a JSON object '
            '{"name": TOOL, "arguments": {...}}, or write a message to the user.')
     if kind == "brief":
-      return f"You are a {self.domain} customer-service agent. {fmt} Tools: {', '.join(names)}."
-    with open(_data_path(self.domain, "policy.md")) as f:
+      return f"You are a {domain} customer-service agent. {fmt} Tools: {', '.join(names)}."
+    with open(_data_path(domain, "policy.md")) as f:
       policy = f.read().strip()
     return (f"<instructions>\nYou are a customer service agent that helps the user according to "
             f"the <policy> provided below. {fmt} Try to be helpful and always follow the policy."
             f"\n</instructions>\n<policy>\n{policy}\n</policy>\n<tools>\n"
-            f"{json.dumps(list(tool_schemas(self.domain)), ensure_ascii=False)}\n</tools>")
+            f"{json.dumps(list(tool_schemas(domain)), ensure_ascii=False)}\n</tools>")
 
   # ---- tasks ------------------------------------------------------------------------------
 
   def _tasks(self, split: str) -> tuple[Task, ...]:
-    if split not in SPLITS:
-      raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
-    return load_tasks(self.domain)[split]
+    if split not in ENV_SPLITS:
+      raise ValueError(f"unknown split {split!r}; valid: {', '.join(ENV_SPLITS)}")
+    if split == "heldout":
+      return sum((load_tasks(self._heldout)[s] for s in SPLITS), ()) if self._heldout else ()
+    return load_tasks(self._home)[split]
 
   def num_tasks(self, split: str) -> int:
     return len(self._tasks(split))
@@ -340,7 +353,10 @@ class TauBenchTextEnv(TextEnv):
     return self.reset_task(self.task(split, index))
 
   def reset_task(self, task: Task) -> StepResult:
+    if task.domain not in self._systems:
+      raise ValueError(f"task of domain {task.domain!r}; this env serves {sorted(self._systems)}")
     self._task = task
+    self.domain = task.domain
     self._db = _Database(self.domain)
     if self._user_kind == "model":
       self._user = ModelUser(task, self._user_model_path, self._max_user_turns)
@@ -423,7 +439,7 @@ class TauBenchTextEnv(TextEnv):
       extra["grade"] = grade
     # The anchor: the database state and the last observation (a dialogue has no other state).
     anchor = f"db={self._db.hash()[:16]} obs={obs[:300]}"
-    return StepInfo(task=self._system, admissible_actions=(), anchor=anchor, won=won,
+    return StepInfo(task=self._systems[self.domain], admissible_actions=(), anchor=anchor, won=won,
                     action_valid=valid, oracle_label=None, truncated=truncated, extra=extra)
 
   # ---- expert -----------------------------------------------------------------------------
