@@ -6,7 +6,7 @@ tool code re-implemented over the plain JSON database: `server._execute_tool`).
 
 Turns. One agent turn is either one tool call, written as a JSON object
 `{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}`, or one message to the
-user (any other text). The observation is the tool's result as tau2 writes a ToolMessage
+user (any text that does not start with `{` or `[`). The observation is the tool's result as tau2 writes a ToolMessage
 (the result's JSON, or `Error: ...`) or the user's reply (`user: ...`). A tool call that is
 not valid JSON, names no tool of the domain or has non-object arguments is answered with the
 reason and counts as an invalid action; a tool that raises is a valid call whose result is
@@ -378,7 +378,7 @@ class TauBenchTextEnv(TextEnv):
     self._turns.append(action)
     text = action.strip()
     valid, stopped = True, False
-    if text.startswith("{"):
+    if text.startswith(("{", "[")):  # JSON: meant as a tool call
       call, error = self._parse_call(text)
       if error is not None:
         obs, valid = f"Invalid tool call: {error}", False

@@ -24,6 +24,7 @@ ENVS = {
     "scienceworld": ({"task": "find-non-living-thing", "step_limit": 60}, "thread", "train"),
     "alfworld": (_alfworld_kwargs, "process", "train"),
     "virtualhome": ({}, "process", "train"),
+    "taubench": ({"system_prompt": "brief"}, "process", "train"),
 }
 
 HOSTILE = [
