@@ -67,6 +67,7 @@ import hashlib
 import importlib
 import json
 import os
+import pickle
 import re
 from typing import Any
 
@@ -154,6 +155,11 @@ def _base_db(domain: str) -> dict:
     return json.load(f)
 
 
+@functools.lru_cache(maxsize=None)
+def _base_pickle(domain: str) -> bytes:
+  return pickle.dumps(_base_db(domain), protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def db_hash(db: dict) -> str:
   return hashlib.sha256(json.dumps(db, sort_keys=True).encode()).hexdigest()
 
@@ -183,10 +189,11 @@ class _Database:
   def __init__(self, domain: str):
     self.domain = domain
     self._db: dict | None = None
+    self.writes: list[str] = []  # the write calls and their results, in order
 
   def call(self, name: str, args: dict) -> str:
     if name in _WRITE_TOOLS[self.domain] and self._db is None:
-      self._db = copy.deepcopy(_base_db(self.domain))
+      self._db = pickle.loads(_base_pickle(self.domain))  # a deep copy, 5-10x faster
     db = self._db if self._db is not None else _base_db(self.domain)
     server = _server(self.domain)
     try:
@@ -195,9 +202,16 @@ class _Database:
         if "**" in expr or len(expr) > 200:
           raise ValueError("Invalid expression")
       result = server._execute_tool(db, name, args)  # pylint: disable=protected-access
-      return server._content_from_result(result)  # pylint: disable=protected-access
+      out = server._content_from_result(result)  # pylint: disable=protected-access
     except Exception as e:  # pylint: disable=broad-except
-      return f"Error: {e}"  # tau2 returns a failing tool's error as its result
+      out = f"Error: {e}"  # tau2 returns a failing tool's error as its result
+    if name in _WRITE_TOOLS[self.domain]:
+      self.writes.append(f"{name} {_canon(args)} -> {out}")
+    return out
+
+  def state_id(self) -> str:
+    """Equal for equal write histories (the tools are deterministic): cheap, unlike hash()."""
+    return hashlib.sha256("\n".join(self.writes).encode()).hexdigest()[:16]
 
   def hash(self) -> str:
     return _base_hash(self.domain) if self._db is None else db_hash(self._db)
@@ -437,8 +451,8 @@ class TauBenchTextEnv(TextEnv):
              "not_graded": [b for b in t.reward_basis if b not in _GRADED]}
     if grade is not None:
       extra["grade"] = grade
-    # The anchor: the database state and the last observation (a dialogue has no other state).
-    anchor = f"db={self._db.hash()[:16]} obs={obs[:300]}"
+    # The anchor: the database (by its write history) and the last observation.
+    anchor = f"db={self._db.state_id()} obs={obs[:300]}"
     return StepInfo(task=self._systems[self.domain], admissible_actions=(), anchor=anchor, won=won,
                     action_valid=valid, oracle_label=None, truncated=truncated, extra=extra)
 
