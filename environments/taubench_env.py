@@ -25,7 +25,7 @@ The reward is the product over the task's `reward_basis` of the components grade
     with its commas removed (tau2's English substring check).
   * NL_ASSERTION needs an LLM judge: not graded and left out of the product;
     `extra["not_graded"]` says so. It is in the reward basis of 112 of the 114 retail tasks
-    and of none of the 50 airline ones (airline lists natural-language assertions but grades
+    (all but retail 33 and 34, whose grade here is tau2's) and of none of the 50 airline ones (airline lists natural-language assertions but grades
     DB x COMMUNICATE). So a retail grade here is the DB part of tau2's grade (an upper bound
     of it); airline grades are tau2's.
   * An episode that ends without the user's stop (step limit) scores 0, as tau2 scores a
