@@ -229,3 +229,15 @@ def test_launch_runs_sft_then_rl_on_a_tiny_budget(tmp_path):
   rl = [r for r in recs if "rollout/success" in r]
   assert len(rl) == 1 and rl[0]["rollout/episodes"] == 2
   assert rl[0]["credit/labelled_steps"] == rl[0]["rollout/env_steps"] > 0
+
+
+def test_an_episode_leaves_the_shared_scene_graph_as_it_was():
+  """Episodes share each task's parsed initial graph (a cache); playing one must not change it."""
+  e = make_env("virtualhome")
+  before = e.reset("train", 7)
+  state0 = e.state_dict()
+  _play_gold(e, e.task("train", 7))
+  again = e.reset("train", 7)
+  assert again == before
+  canon = lambda d: (sorted(map(str, d["nodes"])), sorted(map(str, d["edges"])))
+  assert canon(e.state_dict()) == canon(state0)
