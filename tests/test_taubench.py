@@ -232,3 +232,14 @@ def test_launch_runs_sft_then_rl_on_a_tiny_budget(tmp_path):
   recs = M.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
   rl = [r for r in recs if "rollout/success" in r]
   assert len(rl) == 1 and rl[0]["rollout/episodes"] == 2
+
+
+def test_the_families_register_every_method():
+  import experiments
+  from experiments.variants import VARIANTS
+  for method in VARIANTS:
+    cfg = experiments.get_experiment(f"taubench_{method}")
+    assert cfg.env.kwargs["domain"] == "retail" and cfg.env.eval_split == "test"
+    held = experiments.get_experiment(f"taubench_heldout_{method}")
+    assert held.env.eval_split == "heldout" and held.env.kwargs["heldout_domain"] == "airline"
+    assert held.algo == cfg.algo and held.rollout == cfg.rollout

@@ -241,3 +241,12 @@ def test_an_episode_leaves_the_shared_scene_graph_as_it_was():
   assert again == before
   canon = lambda d: (sorted(map(str, d["nodes"])), sorted(map(str, d["edges"])))
   assert canon(e.state_dict()) == canon(state0)
+
+
+def test_the_family_registers_every_method():
+  import experiments
+  from experiments.variants import VARIANTS
+  for method in VARIANTS:
+    cfg = experiments.get_experiment(f"virtualhome_{method}")
+    assert cfg.env.name == "virtualhome" and cfg.env.eval_split == "test"
+    assert cfg.env.num_train_tasks == len(vh.split_tasks()["train"])
