@@ -345,7 +345,7 @@ class VirtualHomeTextEnv(TextEnv):
       raise _ParseError(f"[{name}] takes {arity} object(s) written <name> (id), got {len(params)}")
     out = []
     for obj_name, obj_id in params:
-      if not obj_id.isdigit() or len(obj_id) > 9:
+      if not (obj_id.isascii() and obj_id.isdigit()) or len(obj_id) > 9:
         raise _ParseError(f"object id {obj_id!r} is not a number")
       node = self._state.get_node(int(obj_id))
       if node is None:

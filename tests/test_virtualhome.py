@@ -127,7 +127,8 @@ def test_goal_check_agrees_with_upstream_scene_evaluate_on_its_own_terms(env):
 HOSTILE = ["", "   ", "\x00", "look", "[FLY] <soap> (1002)", "[GRAB]", "[GRAB] <soap>",
            "[GRAB] <soap> (abc)", "[GRAB] <soap> (99999999999999999999)", "[GRAB] <soap> (-1)",
            "[WALK] <nothing> (424242)", "[PUTBACK] <soap> (1002)", "x" * 100_000,
-           "[WALK] <bathroom> (1) <bathroom> (1)", "🪙 [GRAB] <coin> (1)", "[putoff] <bed> (73)"]
+           "[WALK] <bathroom> (1) <bathroom> (1)", "🪙 [GRAB] <coin> (1)", "[putoff] <bed> (73)",
+           "[GRAB] <soap> (²)", "[GRAB] <soap> (٣)", "[" * 10_000]
 
 
 @pytest.mark.parametrize("action", HOSTILE)
