@@ -79,6 +79,8 @@ SPLITS = ("train", "test")
 # With `heldout_domain`, the env also serves "heldout": every task of that domain.
 ENV_SPLITS = SPLITS + ("heldout",)
 STOP = "###STOP###"
+# tau2's user simulator ends the call with any of these.
+_USER_ENDS = (STOP, "###TRANSFER###", "###OUT-OF-SCOPE###")
 _WRITE_TOOLS = {
     "retail": {"cancel_pending_order", "exchange_delivered_order_items",
                "modify_pending_order_address", "modify_pending_order_items",
@@ -94,7 +96,7 @@ _IDENTITY = re.compile(r"\b(name|zip|e-?mail|user ?id|identity|identif|verify|au
 _CONFIRM = re.compile(r"\b(confirm|proceed|go ahead|shall i|should i|would you like me|"
                       r"do you want me|yes/no|yes or no)\b", re.I)
 _DONE = re.compile(r"(anything else|is there anything|have a (great|nice|good) day|all set|"
-                   r"\bdone\b|\bcompleted?\b|\bgoodbye\b)", re.I)
+                   r"\bdone\b|\bcompleted?\b|\bgoodbye\b|being transferred)", re.I)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,7 +405,7 @@ class TauBenchTextEnv(TextEnv):
     else:
       self._agent_messages.append(text)
       reply = self._user.reply(text)
-      stopped = STOP in reply
+      stopped = any(end in reply for end in _USER_ENDS)
       obs = f"user: {reply}"
     limit = self._steps >= self._limit
     self._done = stopped or limit

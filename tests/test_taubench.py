@@ -164,6 +164,7 @@ def test_the_scripted_user_follows_its_scenario():
   assert u.reply("Shall I proceed with the exchange?").startswith("Yes")
   assert task.unknown in u.reply("What colour do you like best?")
   assert u.reply("Is there anything else I can help with?").endswith(tb.STOP)
+  assert u.reply("YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON.").endswith(tb.STOP)
   u = tb.ScriptedUser(task, max_turns=2)
   u.reply("Hello.")
   assert u.reply("Hello.").endswith(tb.STOP)  # it gives up after max_turns replies
