@@ -25,7 +25,7 @@ def base() -> ExperimentConfig:
   return ExperimentConfig(
       name="virtualhome",
       env=EnvConfig(name="virtualhome", kwargs={"step_limit_factor": 3},
-                    train_split="train", eval_split="test", num_train_tasks=235,
+                    train_split="train", eval_split="test", num_train_tasks=232,
                     pool_backend="process"),  # the simulator is Python: one process each
       tokenizer=TokenizerConfig(vocab_size=2048),
       model=ModelConfig.tiny(vocab_size=2048, hidden_size=128, intermediate_size=384,
@@ -33,8 +33,8 @@ def base() -> ExperimentConfig:
                              max_seq_len=1056),
       rollout=RolloutConfig(tasks_per_iter=4, group_size=8, max_turns=60, history_turns=2,
                             max_prompt_tokens=1024, max_action_tokens=24, num_envs=32),
-      sft=SFTConfig(num_demos=235, epochs=8, batch_size=32, learning_rate=1e-3),
-      eval=EvalConfig(num_episodes=49, every=25),
+      sft=SFTConfig(num_demos=232, epochs=8, batch_size=32, learning_rate=1e-3),
+      eval=EvalConfig(num_episodes=48, every=25),
       rl_iterations=200,
       checkpoint_every=10,
   )

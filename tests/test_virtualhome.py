@@ -67,9 +67,15 @@ def _check_gold_wins(env, task):
 
 def test_splits_are_disjoint_deterministic_and_hold_out_whole_categories():
   splits = vh.split_tasks()
-  assert {s: len(v) for s, v in splits.items()} == {"train": 235, "test": 49, "unseen": 57}
+  assert {s: len(v) for s, v in splits.items()} == {"train": 232, "test": 48, "unseen": 57}
   ids = [t.task_id for s in vh.SPLITS for t in splits[s]]
-  assert len(ids) == len(set(ids)) == len(vh.all_tasks()) - len(vh.EXCLUDED) == 341
+  assert len(ids) == len(set(ids)) == len(vh.all_tasks()) - len(vh.EXCLUDED) - 4 == 337
+  # Left out: exactly the tasks without any goal condition (any action would win them).
+  empty = {t.task_id for t in vh.all_tasks()
+           if not (t.node_goals or t.edge_goals or t.action_goals)}
+  assert empty == set(vh.NO_GOALS)
+  assert all(t.node_goals or t.edge_goals or t.action_goals
+             for s in vh.SPLITS for t in splits[s])
   seen = {t.category for s in ("train", "test") for t in splits[s]}
   assert seen.isdisjoint({t.category for t in splits["unseen"]})
   assert {t.category for t in splits["unseen"]} == set(vh.UNSEEN_CATEGORIES)
