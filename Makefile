@@ -26,13 +26,16 @@ run: $(VENV)/.req-stamp
 	$(BIN)/python launch.py $(ARGS)
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
+# TEST_WORKERS pytest-xdist processes, one test file each at a time (module fixtures such as
+# a shared SFT run stay in one process); TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
 test: $(VENV)/.test-stamp
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests ran: failing"; exit 1; fi; exit $$rc
 
 test-slow: $(VENV)/.test-stamp
-	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow $(PYTEST_ARGS)
 
-BENCHMARKS ?= advantages sampler train_step algorithms envpool alfworld_speed scienceworld_speed virtualhome_speed taubench_speed
+BENCHMARKS ?= advantages sampler train_step algorithms envpool alfworld_speed scienceworld_speed webshop_speed virtualhome_speed taubench_speed
 bench: $(VENV)/.test-stamp
 	for b in $(BENCHMARKS); do echo "== $$b"; PYTHONPATH=. $(BIN)/python -m benchmarks.$$b || exit 1; done

@@ -65,6 +65,10 @@ class RolloutConfig:
   # ALFWorld); "faithful" is the observation text, as verl-agent keys it, which merges
   # states whose feedback reads alike ("Nothing happens." after any invalid action).
   anchor: str = "state"
+  # "bare": the answer is the action. "think": reasoning, then the action inside
+  # <action>...</action> (verl-agent's format; csa_jax/rollout.py, `parse_action`);
+  # max_action_tokens then budgets the reasoning too.
+  action_format: str = "bare"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +175,10 @@ class OptimConfig:
   grad_clip: float = 1.0
   b1: float = 0.9
   b2: float = 0.99
+  # Rows per forward/backward pass inside one update (gradient accumulation over
+  # batch / micro_batch_size slices; csa_jax/train_step.py, `value_and_grad_micro`): what
+  # lets long rows of a big model fit. 0: the whole batch in one pass.
+  micro_batch_size: int = 0
   # An update whose loss or gradient is not finite is skipped (parameters and optimizer
   # state unchanged); this many skipped in a row stop the run (0: never stop).
   max_nonfinite_in_a_row: int = 3
@@ -332,6 +340,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (r.max_turns >= 1, "rollout.max_turns must be >= 1"),
       (r.logp_reduce in ("sum", "mean"), "rollout.logp_reduce must be 'sum' or 'mean'"),
       (r.anchor in ("state", "faithful"), "rollout.anchor must be 'state' or 'faithful'"),
+      (r.action_format in ("bare", "think"), "rollout.action_format must be 'bare' or 'think'"),
       (cfg.model_path or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
        f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
@@ -363,6 +372,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
        f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
+      (cfg.optim.micro_batch_size >= 0 and all(
+          not cfg.optim.micro_batch_size or n % cfg.optim.micro_batch_size == 0
+          for n in (a.minibatch_size, cfg.sft.batch_size)),
+       f"optim.micro_batch_size={cfg.optim.micro_batch_size} must divide algo.minibatch_size "
+       f"({a.minibatch_size}) and sft.batch_size ({cfg.sft.batch_size}) (0: off)"),
       (cfg.env.eval_split != cfg.env.train_split
        or cfg.eval.first_task >= max(cfg.env.num_train_tasks, cfg.sft.num_demos),
        f"eval.first_task={cfg.eval.first_task} would evaluate on training tasks: with "
@@ -374,6 +388,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if not ok:
       raise ConfigError(msg)
   return cfg
+
+
+def micro_batches(optim: "OptimConfig", batch_size: int) -> int:
+  """How many slices an update of `batch_size` rows is computed in."""
+  return batch_size // optim.micro_batch_size if optim.micro_batch_size else 1
 
 
 def has_sft_checkpoint(run_dir: str) -> bool:

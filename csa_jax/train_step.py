@@ -78,7 +78,36 @@ def apply_update(tx, state: TrainState, loss, grads, metrics) -> tuple[TrainStat
   return state, metrics
 
 
-def make_sft_step(graphdef, tx) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
+def value_and_grad_micro(loss_fn, params, batch: Batch, *extra, micro_batches: int = 1):
+  """((loss, metrics), grads) of `loss_fn(params, batch, *extra)`, computed over
+  `micro_batches` slices of the batch one after another (gradient accumulation): the
+  activations of one slice are live at a time, which is what lets long rows of a big
+  model fit (verl's micro-batches). Row i goes to slice i % micro_batches, so each slice
+  keeps the batch's sharding over 'data'. Loss, metrics and gradients are the means over
+  slices: equal to the whole batch's for a loss that is a mean over rows of equal weight
+  ("seq-mean-..."); for a token mean, each slice's token mean is averaged, as in verl."""
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+  if micro_batches == 1:
+    return grad_fn(params, batch, *extra)
+  n = next(iter(batch.values())).shape[0]
+  if n % micro_batches:
+    raise ValueError(f"a batch of {n} rows does not split into {micro_batches} micro-batches")
+  sliced = {k: jnp.moveaxis(v.reshape(n // micro_batches, micro_batches, *v.shape[1:]), 1, 0)
+            for k, v in batch.items()}
+
+  def body(acc, mb):
+    out = grad_fn(params, mb, *extra)
+    return jax.tree.map(jnp.add, acc, out), None
+
+  first = jax.tree.map(lambda v: v[0], sliced)
+  zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
+                       jax.eval_shape(grad_fn, params, first, *extra))
+  total, _ = jax.lax.scan(body, zeros, sliced)
+  return jax.tree.map(lambda x: x / micro_batches, total)
+
+
+def make_sft_step(graphdef, tx, micro_batches: int = 1
+                  ) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
   """Mean negative log-likelihood of the expert's action tokens."""
 
   def loss_fn(params, batch):
@@ -88,7 +117,8 @@ def make_sft_step(graphdef, tx) -> Callable[[TrainState, Batch], tuple[TrainStat
     return nll, {"nll": nll}
 
   def step(state: TrainState, batch: Batch):
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+    (loss, metrics), grads = value_and_grad_micro(loss_fn, state.params, batch,
+                                                  micro_batches=micro_batches)
     return apply_update(tx, state, loss, grads, metrics)
 
   return jax.jit(step, donate_argnums=0)
@@ -128,13 +158,14 @@ def make_rl_loss(graphdef, algo: AlgoConfig, sampling_cfg: SamplingConfig):
   return loss_fn
 
 
-def make_rl_step(graphdef, tx, algo: AlgoConfig, sampling_cfg: SamplingConfig):
+def make_rl_step(graphdef, tx, algo: AlgoConfig, sampling_cfg: SamplingConfig,
+                 micro_batches: int = 1):
   """The clipped policy-gradient step over `make_rl_loss`."""
   loss_fn = make_rl_loss(graphdef, algo, sampling_cfg)
 
   def step(state: TrainState, batch: Batch, ref_params=None):
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch, ref_params)
+    (loss, metrics), grads = value_and_grad_micro(loss_fn, state.params, batch, ref_params,
+                                                  micro_batches=micro_batches)
     return apply_update(tx, state, loss, grads, metrics)
 
   return jax.jit(step, donate_argnums=0)

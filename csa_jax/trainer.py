@@ -36,7 +36,7 @@ from csa_jax import train_step as ts
 # Re-exported: the estimator methods' reward shaping and advantages live with them now.
 from csa_jax.algorithms.estimator import compute_advantages, shaped_rewards  # noqa: F401
 from csa_jax.checkpoint import Checkpointer, CheckpointError
-from csa_jax.config import ConfigError, ExperimentConfig, demos_dir, to_dict
+from csa_jax.config import ConfigError, ExperimentConfig, demos_dir, micro_batches, to_dict
 from csa_jax.signals import Interrupted, StopOnSignal
 from csa_jax.model import Decoder, hf
 from csa_jax.tokenizer import Tokenizer, train_bpe
@@ -60,7 +60,7 @@ def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig,
           tok, rec["task"], history, rec["observations"][t], rec["admissible"][t],
           history_turns=cfg.rollout.history_turns, max_tokens=cfg.rollout.max_prompt_tokens,
           fmt=fmt)
-      action_ids = (tok.encode(fmt.action_prefix + action)[: cfg.rollout.max_action_tokens - 1]
+      action_ids = (tok.encode(fmt.answer_text(action))[: cfg.rollout.max_action_tokens - 1]
                     + [tok.eos_id])
       rows.append(data_lib.sft_row(prompt, action_ids))
       history.append((action, rec["observations"][t + 1] if t + 1 < len(rec["observations"])
@@ -68,7 +68,7 @@ def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig,
   return rows
 
 
-def demo_corpus(records) -> list[str]:
+def demo_corpus(records, fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> list[str]:
   """The text a tokenizer is trained on: everything a prompt or an action can hold."""
   texts = []
   for rec in records:
@@ -77,6 +77,7 @@ def demo_corpus(records) -> list[str]:
     texts.extend(" " + a for a in rec["actions"])
     texts.extend(" | ".join(adm) for adm in rec["admissible"])
   texts.append("Task: Now: Actions: Action: > |")
+  texts.append(fmt.cue + fmt.answer_text(""))
   return texts
 
 
@@ -265,21 +266,22 @@ class Trainer:
                                         mesh=self.mesh, rules=mesh_lib.TRAIN_RULES)
       except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
         raise SetupError(f"model_path {c.model_path}: {str(e).splitlines()[0]}") from None
-      fmt = (rollout_lib.PromptFormat.chat(tok) if tok.chat_template
-             else rollout_lib.PromptFormat(action_prefix=" "))
+      fmt = (rollout_lib.PromptFormat.chat(tok, c.rollout.action_format) if tok.chat_template
+             else rollout_lib.PromptFormat(action_prefix=" ",
+                                           action_format=c.rollout.action_format))
     else:
+      fmt = rollout_lib.PromptFormat(action_format=c.rollout.action_format)
       path = os.path.join(self.workdir, "tokenizer.json")
       if os.path.exists(path):  # resuming: the ids must stay the ones trained on
         tok = Tokenizer.load(path)
       else:
-        tok = train_bpe(demo_corpus(records), c.tokenizer.vocab_size)
+        tok = train_bpe(demo_corpus(records, fmt), c.tokenizer.vocab_size)
         tok.save(self.workdir)
       if tok.vocab_size > c.model.vocab_size:
         raise ValueError(f"tokenizer has {tok.vocab_size} tokens, model.vocab_size is "
                          f"{c.model.vocab_size}")
       model = Decoder(c.model, rngs=nnx.Rngs(c.seed))
       mesh_lib.shard_model(model, self.mesh, mesh_lib.TRAIN_RULES)
-      fmt = rollout_lib.PLAIN
     graphdef, params = nnx.split(model, nnx.Param)
     return tok, fmt, graphdef, params
 
@@ -303,7 +305,7 @@ class Trainer:
       raise SetupError(f"rollout.max_prompt_tokens={r.max_prompt_tokens} cannot hold the task "
                        f"line and the action list of {c.env.name}'s first steps: at least "
                        f"{need} fit (model.max_seq_len must allow it plus the action budget)")
-    need = max((len(self.tok.encode(self.fmt.action_prefix + a)) + 1 for a in actions), default=0)
+    need = max((len(self.tok.encode(self.fmt.answer_text(a))) + 1 for a in actions), default=0)
     if r.max_action_tokens < need:
       raise SetupError(f"rollout.max_action_tokens={r.max_action_tokens} cannot hold the expert's "
                        f"actions (and the end token): at least {need} fit")
@@ -316,7 +318,7 @@ class Trainer:
     ds = self._batches(rows, c.sft.batch_size, seed=c.seed, epochs=c.sft.epochs)
     tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
     state = ts.init_state(params, tx)
-    step = ts.make_sft_step(graphdef, tx)
+    step = ts.make_sft_step(graphdef, tx, micro_batches(c.optim, c.sft.batch_size))
     metrics = {}
     with tqdm(total=len(ds), desc="sft", unit="batch") as bar:
       for i, batch in enumerate(data_lib.iterate(ds)):

@@ -26,7 +26,9 @@ or `python -m environments.demos --data_dir DIR --env twx --kwargs '{"game": "co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -155,19 +157,36 @@ def build_demos(data_dir: str, env_name: str, env_kwargs: Mapping[str, Any] | No
   another version (an engine upgrade, an adapter change) is a `DemosError`: they would
   no longer be the episodes this environment plays.
   """
-  builder = ExpertDemos(data_dir=data_dir, config=DemoConfig.make(env_name, env_kwargs, num_tasks))
-  stamp = os.path.join(str(builder.data_dir), VERSION_FILE)
-  version = env_version(env_name)
-  if os.path.exists(os.path.join(str(builder.data_dir), "dataset_info.json")):
-    built = open(stamp).read().strip() if os.path.exists(stamp) else "an unrecorded version"
-    if built != version:
-      raise DemosError(f"the demonstrations in {builder.data_dir} were made with {built}, "
-                       f"this is {version}: delete that directory to rebuild them")
+  config = DemoConfig.make(env_name, env_kwargs, num_tasks)
+  # Two runs starting at once on a fresh machine (a sweep's jobs, parallel tests) would
+  # both generate into the same directory; the second waits and then reuses the first's.
+  with _build_lock(data_dir, config.name):
+    builder = ExpertDemos(data_dir=data_dir, config=config)
+    stamp = os.path.join(str(builder.data_dir), VERSION_FILE)
+    version = env_version(env_name)
+    if os.path.exists(os.path.join(str(builder.data_dir), "dataset_info.json")):
+      built = open(stamp).read().strip() if os.path.exists(stamp) else "an unrecorded version"
+      if built != version:
+        raise DemosError(f"the demonstrations in {builder.data_dir} were made with {built}, "
+                         f"this is {version}: delete that directory to rebuild them")
+      return builder
+    builder.download_and_prepare()
+    with open(stamp, "w") as f:
+      f.write(version + "\n")
     return builder
-  builder.download_and_prepare()
-  with open(stamp, "w") as f:
-    f.write(version + "\n")
-  return builder
+
+
+@contextlib.contextmanager
+def _build_lock(data_dir: str, config_name: str):
+  """An exclusive lock per dataset config, across processes (released if one dies)."""
+  lock_dir = os.path.join(data_dir, "expert_demos")
+  os.makedirs(lock_dir, exist_ok=True)
+  with open(os.path.join(lock_dir, f".{config_name}.lock"), "w") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def demo_data_source(data_dir: str, env_name: str,

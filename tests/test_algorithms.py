@@ -460,7 +460,7 @@ def test_every_family_registers_the_three_methods():
   names = experiments.list_experiments()
   families = {n[:-len("_grpo")] for n in names
               if n.endswith("_grpo") and not n.endswith("_dr_grpo")}
-  assert {"twx_coin", "coin_doors", "alfworld", "scienceworld"} <= families
+  assert {"twx_coin", "coin_doors", "alfworld", "scienceworld", "webshop"} <= families
   for fam in families:
     for method in ("istar", "spa", "mtdpo"):
       cfg = experiments.get_experiment(f"{fam}_{method}")

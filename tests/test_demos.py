@@ -1,5 +1,9 @@
 """Tests for the expert-demonstration tfds builder (array_record, read back through grain)."""
 
+import os
+import subprocess
+import sys
+
 import grain
 import pytest
 
@@ -8,6 +12,7 @@ from environments import make_env
 from environments.demos import collect_demos, decode_record, demo_data_source
 
 KWARGS = {"game": "mapreader", "step_limit": 40}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _replay(record):
@@ -54,3 +59,19 @@ def test_works_for_any_registered_env_with_an_expert():
   wrapped = collect_demos("faulty", {"inner": "twx", "inner_kwargs": {"game": "sorting"}},
                           "dev", [3])
   assert [dict(r, env="twx") for r in wrapped] == inner and inner[0]["won"]
+
+
+def test_two_processes_building_the_same_demos_at_once_both_get_one_dataset(tmp_path):
+  # A sweep's first two jobs on a fresh machine start together and need the same demos.
+  code = ("import sys, environments; from environments.demos import build_demos; "
+          "b = build_demos(sys.argv[1], 'twx', {'game': 'mapreader', 'step_limit': 40}, "
+          "{'train': 6}); print(b.info.splits['train'].num_examples)")
+  procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for _ in range(2)]
+  outs = [p.communicate(timeout=300) for p in procs]
+  for p, (out, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-2000:]
+    assert out.split()[-1] == "6"
+  built = [d for d in os.listdir(tmp_path / "expert_demos") if not d.startswith(".")]
+  assert len(built) == 1 and os.listdir(tmp_path / "expert_demos" / built[0]) == ["1.0.0"]

@@ -23,6 +23,9 @@ ENVS = {
     "twx": ({"game": "cookingworld", "step_limit": 60}, "thread", "train"),
     "scienceworld": ({"task": "find-non-living-thing", "step_limit": 60}, "thread", "train"),
     "alfworld": (_alfworld_kwargs, "process", "train"),
+    # Pure Python: a worker process is what can be killed; a small generated catalogue.
+    "webshop": ({"families_per_type": 2, "family_size": 3, "split_bounds": [5, 10]},
+                "process", "train"),
     "virtualhome": ({}, "process", "train"),
     "taubench": ({"system_prompt": "brief"}, "process", "train"),
 }

@@ -268,3 +268,81 @@ def test_multi_turn_loop_plays_an_expert_on_a_real_pool():
                                     rec["admissible"][t], history_turns=2,
                                     max_tokens=160).actions_dropped)
   assert [st.actions_dropped for st in steps] == dropped and sum(dropped) > 0
+
+
+# ----------------------------------------------------------------------------------------
+# The "think" action format: reasoning, then the action in <action>...</action>.
+
+
+@pytest.mark.parametrize("text, want", [
+    ("I see a coin.\n<action>take coin</action>", ("take coin", True)),
+    ("<action>  open door to north \n</action>", ("open door to north", True)),
+    ("<action>go\nnorth</action> and that is all", ("go\nnorth", True)),  # inside kept whole
+    ("take coin", ("", False)),  # no wrapper
+    ("<action>take coin", ("", False)),  # unclosed
+    ("take coin</action>", ("", False)),  # closed only
+    ("<action></action>", ("", False)),  # empty
+    ("<action>   </action>", ("", False)),  # blank
+    ("<action>look</action> or <action>take coin</action>", ("", False)),  # two: ambiguous
+    ("<ACTION>look</ACTION>", ("", False)),  # tags are case-sensitive, as written in the cue
+    ("<action>take <b>coin</b></action>", ("take <b>coin</b>", True)),
+])
+def test_parse_action(text, want):
+  assert R.parse_action(text) == want
+
+
+def test_think_format_prompt_asks_for_the_wrapper_and_sft_targets_carry_it():
+  think = R.PromptFormat(action_format="think")
+  assert think.answer_text("take coin") == " <action>take coin</action>"
+  assert R.PLAIN.answer_text("take coin") == " take coin"
+  assert think.read_answer("hmm <action>look</action>") == ("look", True)
+  assert R.PLAIN.read_answer("hmm <action>look</action>") == ("hmm <action>look</action>", True)
+  text = R.prompt_text("find the coin", [], "You are in the kitchen.", ["look", "take coin"],
+                       think.cue)
+  assert text.endswith("\nActions: look | take coin" + R.THINK_CUE)
+  assert "<action></action>" in R.THINK_CUE
+  with pytest.raises(ValueError, match="action_format"):
+    R.PromptFormat(action_format="json")
+
+
+def test_think_format_episode_sends_parsed_actions_and_marks_malformed_answers_invalid():
+  """On a real pool: the reasoning never reaches the environment; an answer without one
+  wrapper is sent as the empty action and counted invalid even if the engine shrugs."""
+  from csa_jax.trainer import demo_corpus  # pylint: disable=import-outside-toplevel
+  from environments.demos import SEP, collect_demos  # pylint: disable=import-outside-toplevel
+
+  env_kwargs = {"game": "twc"}
+  records = collect_demos("twx", env_kwargs, "train", [0])
+  for rec in records:
+    rec["admissible"] = [a.split(SEP) for a in rec["admissible"]]
+  think = R.PromptFormat(action_format="think")
+  tok = train_bpe(demo_corpus(records, think), 600)
+  cfg = RolloutConfig(max_turns=len(records[0]["actions"]) + 2, history_turns=2,
+                      max_prompt_tokens=400, max_action_tokens=64, action_format="think")
+  plan = list(records[0]["actions"])  # the expert's walk, replayed in order
+  sent, prompts_seen = [], []
+  with EnvPool("twx", env_kwargs, 1) as pool:
+
+    def policy(prompts, rng):
+      del rng
+      prompts_seen.append(tok.decode(prompts[0]))
+      turn = len(sent)
+      # Turns 1 and 3 are malformed (no wrapper, two wrappers): they do not advance the
+      # plan; the rest reason, then act.
+      expert = plan[turn - (turn > 1) - (turn > 3)]
+      text = {1: f" I will {expert}", 3: f" <action>{expert}</action><action>look</action>"
+              }.get(turn, f" the goal says so. <action>{expert}</action>")
+      sent.append(expert if turn not in (1, 3) else "")
+      ids = tok.encode(text) + [tok.eos_id]
+      return [ids], [[-0.5] * len(ids)]
+
+    trajs = R.run_episodes(pool, policy, tok, [("train", 0)], cfg, np.random.default_rng(0),
+                           fmt=think)
+  steps = trajs[0].steps
+  assert [st.action for st in steps] == sent[:len(steps)]
+  assert [st.valid for st in steps][:4] == [True, False, True, False]
+  assert all(st.valid for i, st in enumerate(steps) if i not in (1, 3))
+  assert trajs[0].won  # the malformed turns cost steps, not the episode
+  assert all(p.endswith(R.THINK_CUE) for p in prompts_seen)
+  # The history the next prompt shows holds the parsed action, never the reasoning.
+  assert "the goal says so" not in "".join(prompts_seen)

@@ -229,3 +229,42 @@ def test_a_non_finite_gradient_with_a_finite_loss_skips_the_update():
       tx, state, jnp.float32(0.3), jax.tree.unflatten(treedef, leaves), {})
   assert float(m["nonfinite_grad"]) == 1.0 and float(m["nonfinite_loss"]) == 0.0
   assert _leaves_equal(state2, before)
+
+
+def test_micro_batches_give_the_whole_batch_gradient_for_a_mean_over_rows():
+  """Gradient accumulation over 2 and 4 slices equals one pass over the batch when the
+  loss is a mean over rows of equal weight (seq-mean-token-mean), to float32 rounding;
+  with a token mean it is the mean of the slices' token means, computed here by hand."""
+  graphdef, params = _model()
+  rng = np.random.default_rng(3)
+  rows, batch = _batch(rng, n=8, adv=rng.normal(size=8).astype(np.float32))
+  batch["old_logp"] = _old_logps(graphdef, params, batch).astype(np.float32) - 0.1
+  jbatch = {k: jnp.asarray(v) for k, v in batch.items()}
+  scfg = SamplingConfig(max_new_tokens=4)
+  algo = AlgoConfig(loss_agg="seq-mean-token-mean", kl_coef=0.0)
+  loss_fn = ts.make_rl_loss(graphdef, algo, scfg)
+  (want_loss, _), want = jax.value_and_grad(loss_fn, has_aux=True)(params, jbatch, None)
+  for micro in (2, 4):
+    (loss, m), got = ts.value_and_grad_micro(loss_fn, params, jbatch, None, micro_batches=micro)
+    np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-6)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+      np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=RTOL_GRAD, atol=ATOL_GRAD)
+  # Token mean: slice j holds rows j, j + 2, ...; the result is the mean of the two
+  # slices' own token-mean losses.
+  tok_fn = ts.make_rl_loss(graphdef, AlgoConfig(loss_agg="token-mean", kl_coef=0.0), scfg)
+  (loss, _), _ = ts.value_and_grad_micro(tok_fn, params, jbatch, None, micro_batches=2)
+  halves = [float(tok_fn(params, {k: v[j::2] for k, v in jbatch.items()}, None)[0])
+            for j in range(2)]
+  np.testing.assert_allclose(float(loss), np.mean(halves), rtol=1e-6)
+  with pytest.raises(ValueError, match="does not split into 3"):
+    ts.value_and_grad_micro(loss_fn, params, jbatch, None, micro_batches=3)
+  # The jitted steps take the same path: one SGD step with micro-batches moves the
+  # parameters by -lr * the whole batch's gradient.
+  tx = optax.sgd(0.1)
+  before = jax.tree.map(np.asarray, params)  # the step donates the state's buffers
+  state, _ = ts.make_rl_step(graphdef, tx, algo, scfg, micro_batches=4)(
+      ts.init_state(params, tx), jbatch)
+  for p, g, q in zip(jax.tree.leaves(before), jax.tree.leaves(want),
+                     jax.tree.leaves(state.params)):
+    np.testing.assert_allclose(np.asarray(q), p - 0.1 * np.asarray(g), rtol=1e-5, atol=1e-7)
+  del rows

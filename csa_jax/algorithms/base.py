@@ -26,7 +26,7 @@ import optax
 
 from csa_jax import data as data_lib
 from csa_jax import train_step as ts
-from csa_jax.config import ExperimentConfig, OptimConfig
+from csa_jax.config import ExperimentConfig, OptimConfig, micro_batches
 from csa_jax.rollout import GroupArrays, Trajectory
 from csa_jax.sampling import SamplingConfig
 
@@ -80,7 +80,8 @@ class Algorithm:
 
   def make_step(self, ctx: Context):
     """The jitted policy step: (state, batch, ref_params) -> (state, metrics)."""
-    return ts.make_rl_step(ctx.graphdef, ctx.tx, ctx.cfg.algo, ctx.sampling_cfg)
+    return ts.make_rl_step(ctx.graphdef, ctx.tx, ctx.cfg.algo, ctx.sampling_cfg,
+                           micro_batches(ctx.cfg.optim, ctx.cfg.algo.minibatch_size))
 
   def update(self, ctx: Context, step, state, prep: Prepared, it: int, ref_params,
              observe: Callable[[dict], None] = lambda upd: None):
