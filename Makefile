@@ -11,8 +11,9 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.req-stamp: requirements.txt | $(BIN)/python
+$(VENV)/.req-stamp: requirements.txt requirements-nodeps.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
 
 $(VENV)/.test-stamp: requirements-test.txt $(VENV)/.req-stamp
@@ -35,6 +36,6 @@ test: $(VENV)/.test-stamp
 test-slow: $(VENV)/.test-stamp
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow $(PYTEST_ARGS)
 
-BENCHMARKS ?= advantages sampler train_step algorithms envpool alfworld_speed scienceworld_speed webshop_speed
+BENCHMARKS ?= advantages sampler train_step algorithms envpool alfworld_speed scienceworld_speed webshop_speed virtualhome_speed taubench_speed
 bench: $(VENV)/.test-stamp
 	for b in $(BENCHMARKS); do echo "== $$b"; PYTHONPATH=. $(BIN)/python -m benchmarks.$$b || exit 1; done

