@@ -81,17 +81,19 @@ RECIPE_OPTIM = OptimConfig(learning_rate=1e-6, warmup_steps=0, weight_decay=0.01
 PROTOCOL_SFT = SFTConfig(num_demos=100, epochs=2, batch_size=32, learning_rate=1e-5)
 PROTOCOL_ENV_STEPS = 10_000
 
-# preset name -> (model shape, checkpoint, default mesh, rows per forward/backward pass)
+# preset name -> (model shape, checkpoint, default mesh, rows per forward/backward pass,
+# prompt rows per prefill pass): the last two bound the update's and the sampler's
+# activations, sized by the dry run for the preset's mesh (README, "Running at full size").
 SIZES = {
-    "alfworld": ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "4x2", 8),
-    "alfworld_qwen1p5b": ("qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct", "1x1", 8),
-    "alfworld_qwen7b": ("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", "4x2", 8),
+    "alfworld": ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "4x2", 8, 16),
+    "alfworld_qwen1p5b": ("qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct", "1x1", 8, 8),
+    "alfworld_qwen7b": ("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", "4x2", 8, 16),
 }
 
 
 def alfworld_full(prefix: str) -> ExperimentConfig:
-  shape, checkpoint, mesh, micro = SIZES[prefix]
-  r = RECIPE_ROLLOUT
+  shape, checkpoint, mesh, micro, prefill = SIZES[prefix]
+  r = dataclasses.replace(RECIPE_ROLLOUT, prefill_chunk=prefill)
   return ExperimentConfig(
       name=prefix,
       mesh=mesh,
@@ -113,6 +115,6 @@ def alfworld_full(prefix: str) -> ExperimentConfig:
   )
 
 
-for _prefix, (_shape, _ckpt, _, _) in SIZES.items():
+for _prefix, (_shape, _ckpt, *_) in SIZES.items():
   register_family(_prefix, lambda p=_prefix: alfworld_full(p),
                   f"ALFWorld at full size, {_ckpt} (needs model_path)")

@@ -214,6 +214,20 @@ def _run_layer(layer, x, cos, sin, mask, kv, cache_index):
   return layer(x, cos, sin, mask, kv, cache_index)
 
 
+def _run_layer_remat(layer, x, cos, sin, mask, kv, cache_index):
+  """The layer under jax.checkpoint as a pure function of its parameters: its activations
+  are recomputed in the backward pass. (nnx.remat writes back into the module's
+  Variables, which fails when they were made at another trace level: a KL reference
+  merged outside a value_and_grad, a model read by lax.scan's micro-batches.)"""
+  del kv, cache_index  # the cached path never rematerialises
+  graphdef, state = nnx.split(layer)
+
+  def pure(state, x, cos, sin, mask):
+    return nnx.merge(graphdef, state)(x, cos, sin, mask)[0]
+
+  return jax.checkpoint(pure)(state, x, cos, sin, mask), None
+
+
 class Decoder(nnx.Module):
   """The policy model: tokens -> float32 logits, plain or with a KV cache."""
 
@@ -299,9 +313,9 @@ class Decoder(nnx.Module):
     # A trace-time NumPy constant, not state.
     inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
     cos, sin = rope_cos_sin(positions_BxT, inv_freq)
-    # Remat saves activations for a backward pass; the cached (sampling) path has none,
-    # and nnx.remat cannot run inside the sampler's while_loop over a merged model.
-    run = nnx.remat(_run_layer) if self.cfg.remat and cache is None else _run_layer
+    # Remat trades activations for recomputation in a backward pass; the cached
+    # (sampling) path has none.
+    run = _run_layer_remat if self.cfg.remat and cache is None else _run_layer
     new_k, new_v = [], []
     for i, layer in enumerate(self.layers):
       kv = None if cache is None else (cache.k[i], cache.v[i])
