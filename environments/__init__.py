@@ -9,6 +9,7 @@ from environments.base import StepInfo, StepResult, TextEnv
 from environments.registry import list_envs, make_env, register_env
 
 import environments.twx_env  # noqa: F401,E402  (registers "twx")
+import environments.swe.env  # noqa: F401,E402  (registers "swe")
 
 if importlib.util.find_spec("scienceworld"):
   import environments.scienceworld_env  # noqa: F401,E402  (registers "scienceworld")
