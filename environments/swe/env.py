@@ -198,6 +198,8 @@ class SweEnv(TextEnv):
     obs = (observation + "\n" if observation else "") + (
         f"Submitted ({'step limit reached; ' if truncated else ''}{verdict}).")
     won = report.resolved
+    if self._oracle and label is None:
+      label, self._f2p = float(report.f2p_passed - self._f2p), report.f2p_passed
     return StepResult(obs, 1.0 if won else 0.0, True, self._info(
         valid=valid, label=label, won=won, truncated=truncated and not won, report=report))
 

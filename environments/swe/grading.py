@@ -14,7 +14,7 @@ Faithful to SWE-bench (Jimenez et al., ICLR 2024; the `swebench.harness` code):
 Differs: no per-instance Docker image or conda environment: tests run with this Python
 (`sys.executable`) in the sandbox of `sandbox.py`, so an instance whose repository needs
 other dependencies must have them importable here; one test command for every repository
-(`python -m pytest -rA -p no:cacheprovider FILES`) instead of SWE-bench's per-repo-version
+(`python -m pytest -rA -p no:cacheprovider FILES`, plugin autoload off) instead of SWE-bench's per-repo-version
 specs; the repository checkout comes from a local git clone (`repos_dir/owner__name`,
 `repos_dir/name` or `repos_dir/owner/name`) instead of GitHub.
 """
@@ -204,7 +204,10 @@ def resolution(status: dict[str, str], inst: Instance, log: str = "",
 
 def test_command(files: list[str], python: str = sys.executable) -> str:
   import shlex  # pylint: disable=import-outside-toplevel
-  return " ".join([shlex.quote(python), "-m", "pytest", "-rA", "-p", "no:cacheprovider"]
+  # Plugin autoload off: this venv's plugins (hypothesis, ...) are not the repository's
+  # test environment, and loading them costs ~1.5 s of CPU per run.
+  return " ".join(["PYTEST_DISABLE_PLUGIN_AUTOLOAD=1", shlex.quote(python), "-m", "pytest",
+                   "-rA", "-p", "no:cacheprovider"]
                   + [shlex.quote(f) for f in files])
 
 

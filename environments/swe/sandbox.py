@@ -20,7 +20,7 @@ The role of SWE-bench's per-instance container and of mini-swe-agent's `LocalEnv
   itself leaves the process group and survives the timeout kill (its CPU limit still ends it).
 
 Both mechanisms set the same resource limits on the command (`resource.setrlimit`, inherited
-by its children): CPU seconds, address space, file size. The number of processes: Linux
+by its children; set by util-linux `prlimit`): CPU seconds, address space, file size. The number of processes: Linux
 does not enforce RLIMIT_NPROC for root, so when this process is root and a pids cgroup
 (v1 /sys/fs/cgroup/pids or a v2 hierarchy with the pids controller) is writable, each
 Sandbox gets its own cgroup with `pids.max = nproc`, the command is put in it before exec,
@@ -42,7 +42,6 @@ import dataclasses
 import functools
 import itertools
 import os
-import resource
 import select
 import shutil
 import signal
@@ -144,22 +143,21 @@ def _count_user_tasks(uid: int) -> int:
   return n
 
 
-def _preexec(limits: Limits, nproc: int, cgroup: str | None):
-  def setup():
-    os.setsid()
-    if cgroup is not None:
-      with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-        f.write(str(os.getpid()))
-    cpu = max(1, int(limits.cpu_s))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    mem = limits.memory_mb * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    size = limits.file_mb * 2**20
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-    if cgroup is None and os.getuid() != 0:
-      resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-  return setup
+def _limit_prefix(limits: Limits, nproc: int | None, cgroup: str | None) -> list[str]:
+  """Commands that join the cgroup and set the rlimits, then exec the sandbox.
+
+  Done by exec'd programs (sh, prlimit) rather than a Python preexec_fn: the trainer is
+  multithreaded (JAX), and running Python between fork and exec there can deadlock.
+  """
+  prefix = []
+  if cgroup is not None:
+    prefix = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cgroup, "cgroup.procs")]
+  cpu = max(1, int(limits.cpu_s))
+  prefix += ["prlimit", f"--cpu={cpu}:{cpu + 1}", f"--as={limits.memory_mb * 2**20}",
+             f"--fsize={limits.file_mb * 2**20}", "--core=0"]
+  if nproc is not None:
+    prefix.append(f"--nproc={nproc}")
+  return prefix + ["--"]
 
 
 class Sandbox:
@@ -207,13 +205,14 @@ class Sandbox:
 
   def run(self, command: str) -> Result:
     lim = self.limits
-    nproc = lim.nproc if os.getuid() == 0 else _count_user_tasks(os.getuid()) + lim.nproc
+    nproc = None if os.getuid() == 0 or self._cgroup else (
+        _count_user_tasks(os.getuid()) + lim.nproc)
     self._wait_cgroup_empty()
     start = time.monotonic()
-    proc = subprocess.Popen(self._argv(command), cwd=self.workdir, env=self._run_env(),
+    argv = _limit_prefix(lim, nproc, self._cgroup) + self._argv(command)
+    proc = subprocess.Popen(argv, cwd=self.workdir, env=self._run_env(),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT,
-                            preexec_fn=_preexec(lim, nproc, self._cgroup))
+                            stderr=subprocess.STDOUT, start_new_session=True)
     chunks, kept, dropped, timed_out = [], 0, 0, False
     fd = proc.stdout.fileno()
     deadline = start + lim.time_s
