@@ -138,22 +138,27 @@ class SweEnv(TextEnv):
     return self._instances[index]
 
   def _base_tree(self, inst: grading.Instance) -> str:
+    return self._base(inst)[0]
+
+  def _base(self, inst: grading.Instance) -> tuple[str, str, str]:
+    """(exported base tree, a git dir with it committed, that commit), made once per env."""
     if inst.instance_id not in self._bases:
       dest = os.path.join(self._root, "bases", inst.instance_id)
       grading.export_tree(grading.find_repo(self._repos_dir, inst.repo), inst.base_commit, dest)
-      self._bases[inst.instance_id] = dest
+      git_dir = dest + ".git"
+      self._bases[inst.instance_id] = (dest, git_dir, grading.init_snapshot(dest, git_dir))
     return self._bases[inst.instance_id]
 
   # ---- episode ------------------------------------------------------------------------------
 
   def reset(self, split: str, index: int) -> StepResult:
     inst = self.instance(split, index)
-    base = self._base_tree(inst)
+    base, base_git, self._base_commit = self._base(inst)
     self._close_episode()
     self._work = os.path.join(self._root, "work")
     self._git = os.path.join(self._root, "git")  # private: the sandbox never sees it
     shutil.copytree(base, self._work, symlinks=True)
-    self._base_commit = grading.init_snapshot(self._work, self._git)
+    shutil.copytree(base_git, self._git)
     # The agent's own git repository, a copy: its `git diff` works; grading uses ours.
     shutil.copytree(self._git, os.path.join(self._work, ".git"))
     self._box = Sandbox(self._work, self._limits, self._mechanism)

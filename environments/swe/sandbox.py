@@ -255,19 +255,14 @@ class Sandbox:
       os.killpg(proc.pid, signal.SIGKILL)
     self._kill_cgroup()
 
-  def _wait_cgroup_empty(self, timeout_s: float = 5.0) -> None:
-    # Killed processes are uncharged only once reaped (by init, outside our control).
-    end = time.monotonic() + timeout_s
-    while self._cgroup is not None and time.monotonic() < end:
-      with open(os.path.join(self._cgroup, "pids.current")) as f:
-        if int(f.read()) == 0:
-          return
-      self._kill_cgroup()
-      time.sleep(0.01)
+  def _wait_cgroup_empty(self) -> None:
+    # Whatever a previous command left alive goes before the next starts. (Dead processes
+    # stay charged to pids.current until init reaps them, which can take a while.)
+    self._kill_cgroup()
 
   def _kill_cgroup(self) -> None:
     if self._cgroup is not None:
-      for _ in range(1000):  # a fork bomb may still be forking: repeat until empty
+      for _ in range(1000):  # a fork bomb may still be forking: repeat until none is left
         with open(os.path.join(self._cgroup, "cgroup.procs")) as f:
           pids = [int(p) for p in f.read().split()]
         if not pids:
