@@ -3,7 +3,8 @@
     python launch.py --exp swe_csa --set model_path=/ckpt/Qwen2.5-Coder-1.5B-Instruct
     python launch.py --exp swe_grpo ...     # and _dapo, _gigpo, _rloo, ...
 
-Train on bugs in toolz's itertoolz/functoolz, evaluate on bugs in dicttoolz/recipes (code no
+Prompts are long (the issue holds a traceback) and so are actions (a replacement block
+holds the hunk's old and new lines): 2048 + 512 tokens. Train on bugs in toolz's itertoolz/functoolz, evaluate on bugs in dicttoolz/recipes (code no
 training task touched). Actions are whole commands (a replacement block runs to hundreds of
 tokens), so a useful policy is a pretrained code model; the tiny model here only exercises
 the pipeline. Each environment step that grades runs a test file (~2 s), so the pool is a
@@ -29,9 +30,9 @@ def base() -> ExperimentConfig:
       tokenizer=TokenizerConfig(vocab_size=2048),
       model=ModelConfig.tiny(vocab_size=2048, hidden_size=128, intermediate_size=384,
                              num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
-                             max_seq_len=1024),
+                             max_seq_len=2560),
       rollout=RolloutConfig(tasks_per_iter=2, group_size=8, max_turns=10, history_turns=1,
-                            max_prompt_tokens=768, max_action_tokens=256, num_envs=8,
+                            max_prompt_tokens=2048, max_action_tokens=512, num_envs=8,
                             step_timeout_s=600.0),
       sft=SFTConfig(num_demos=100, epochs=8, batch_size=16, learning_rate=1e-3),
       eval=EvalConfig(num_episodes=20, every=25),

@@ -356,7 +356,7 @@ def test_pool_process_backend_survives_hostile_actions_and_a_killed_worker(tiny)
             "repos_dir": tiny["repos_dir"], "step_limit": 50, "command_time_s": 2}
   with EnvPool("swe", kwargs, 2, backend="process", step_timeout_s=60) as pool:
     pool.reset([0, 1], [("test", 0), ("test", 0)])
-    for a in ["", "\x00", "run " + "x" * 10000, "view \ud7ff", "replace", "run :(){ :|:& };:",
+    for a in ["", "\x00", "run a\x00b", "view a\x00", "run " + "x" * 10000, "view \ud7ff", "replace", "run :(){ :|:& };:",
               "search (", "拿起硬币"]:
       for r in pool.step([0, 1], [a, a]):
         assert r.info.error is None and not r.done, (a, r.info.error)

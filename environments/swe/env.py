@@ -180,6 +180,8 @@ class SweEnv(TextEnv):
     self._steps += 1
     killed = None
     try:
+      if "\x00" in action:
+        raise A.ParseError("the action holds a NUL byte")
       act = A.parse(action)
       valid = True
       if act.kind == "submit":

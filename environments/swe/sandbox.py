@@ -42,6 +42,7 @@ import dataclasses
 import functools
 import itertools
 import os
+import re
 import select
 import shutil
 import signal
@@ -103,6 +104,15 @@ def default_mechanism() -> str:
   return "bwrap" if shutil.which("bwrap") else "rlimit"
 
 
+def _remove_stale_cgroups(root: str) -> None:
+  """Empty cgroups of ours whose process died without closing them (a killed pool worker)."""
+  for name in os.listdir(root):
+    m = re.fullmatch(r"csa_swe_(\d+)_\d+", name)
+    if m and not os.path.exists(f"/proc/{m.group(1)}"):
+      with contextlib.suppress(OSError):
+        os.rmdir(os.path.join(root, name))  # fails, harmlessly, while a process is inside
+
+
 def _make_pids_cgroup(nproc: int) -> str | None:
   """A fresh pids cgroup with pids.max = nproc, or None where none can be made."""
   if os.getuid() != 0:
@@ -117,6 +127,7 @@ def _make_pids_cgroup(nproc: int) -> str | None:
             continue
       except OSError:
         continue
+    _remove_stale_cgroups(root)
     path = os.path.join(root, f"csa_swe_{os.getpid()}_{next(_COUNTER)}")
     try:
       os.mkdir(path)
@@ -208,6 +219,7 @@ class Sandbox:
     nproc = None if os.getuid() == 0 or self._cgroup else (
         _count_user_tasks(os.getuid()) + lim.nproc)
     self._wait_cgroup_empty()
+    os.makedirs(self.workdir, exist_ok=True)  # in "rlimit" mode a command may delete it
     start = time.monotonic()
     argv = _limit_prefix(lim, nproc, self._cgroup) + self._argv(command)
     proc = subprocess.Popen(argv, cwd=self.workdir, env=self._run_env(),
