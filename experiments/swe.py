@@ -4,12 +4,12 @@
     python launch.py --exp swe_grpo ...     # and _dapo, _gigpo, _rloo, ...
 
 Prompts are long (the issue holds a traceback) and so are actions (a replacement block
-holds the hunk's old and new lines): 2048 + 512 tokens. Train on bugs in toolz's itertoolz/functoolz, evaluate on bugs in dicttoolz/recipes (code no
-training task touched). Actions are whole commands (a replacement block runs to hundreds of
-tokens), so a useful policy is a pretrained code model; the tiny model here only exercises
-the pipeline. Each environment step that grades runs a test file (~2 s), so the pool is a
-process pool of 8. This is not SWE-bench: see environments/swe/synth.py. For SWE-bench-format
-instances a user has on disk: --set env.kwargs.source=swebench
+holds the hunk's old and new lines): 2048 + 512 tokens. Train on bugs in toolz's
+itertoolz/functoolz, evaluate on bugs in dicttoolz/recipes (code no training task touched).
+Actions are whole commands, so a useful policy is a pretrained code model; the tiny model
+here only exercises the pipeline. A graded step runs a test file (~2 s), so the pool is a
+process pool of 8. This is not SWE-bench: see environments/swe/synth.py. For
+SWE-bench-format instances a user has on disk: --set env.kwargs.source=swebench
 --set env.kwargs.instances=PATH --set env.kwargs.repos_dir=PATH.
 """
 

@@ -346,7 +346,8 @@ def test_synth_expert_wins_and_no_patch_loses(synth_dirs):
     env.reset("train", 0)
     r = env.step("submit")
     assert not r.info.won and r.reward == 0.0
-    assert r.info.extra["f2p_passed"] == 0 and r.info.extra["p2p_passed"] == r.info.extra["p2p_total"]
+    extra = r.info.extra
+    assert extra["f2p_passed"] == 0 and extra["p2p_passed"] == extra["p2p_total"] > 0
   finally:
     env.close()
 
@@ -356,8 +357,8 @@ def test_pool_process_backend_survives_hostile_actions_and_a_killed_worker(tiny)
             "repos_dir": tiny["repos_dir"], "step_limit": 50, "command_time_s": 2}
   with EnvPool("swe", kwargs, 2, backend="process", step_timeout_s=60) as pool:
     pool.reset([0, 1], [("test", 0), ("test", 0)])
-    for a in ["", "\x00", "run a\x00b", "view a\x00", "run " + "x" * 10000, "view \ud7ff", "replace", "run :(){ :|:& };:",
-              "search (", "拿起硬币"]:
+    for a in ["", "\x00", "run a\x00b", "view a\x00", "run " + "x" * 10000, "view \ud7ff",
+              "replace", "run :(){ :|:& };:", "search (", "拿起硬币"]:
       for r in pool.step([0, 1], [a, a]):
         assert r.info.error is None and not r.done, (a, r.info.error)
     os.kill(pool.worker_pid(1), 9)

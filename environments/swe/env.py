@@ -57,7 +57,8 @@ _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@[^\n]*\n", re.MUL
 
 
 def _default_cache() -> str:
-  root = os.environ.get("CSA_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "csa_jax")
+  root = (os.environ.get("CSA_JAX_CACHE")
+          or os.path.join(os.path.expanduser("~"), ".cache", "csa_jax"))
   return os.path.join(root, "swe")
 
 

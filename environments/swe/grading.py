@@ -14,9 +14,9 @@ Faithful to SWE-bench (Jimenez et al., ICLR 2024; the `swebench.harness` code):
 Differs: no per-instance Docker image or conda environment: tests run with this Python
 (`sys.executable`) in the sandbox of `sandbox.py`, so an instance whose repository needs
 other dependencies must have them importable here; one test command for every repository
-(`python -m pytest -rA -p no:cacheprovider FILES`, plugin autoload off) instead of SWE-bench's per-repo-version
-specs; the repository checkout comes from a local git clone (`repos_dir/owner__name`,
-`repos_dir/name` or `repos_dir/owner/name`) instead of GitHub.
+(`python -m pytest -rA -p no:cacheprovider FILES`, plugin autoload off) instead of
+SWE-bench's per-repo-version specs; the repository checkout comes from a local git clone
+(`repos_dir/owner__name`, `repos_dir/name` or `repos_dir/owner/name`) instead of GitHub.
 """
 
 from __future__ import annotations

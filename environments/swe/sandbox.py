@@ -19,10 +19,10 @@ The role of SWE-bench's per-instance container and of mini-swe-agent's `LocalEnv
   commands run as the calling user). Without a pids cgroup, a process that calls setsid()
   itself leaves the process group and survives the timeout kill (its CPU limit still ends it).
 
-Both mechanisms set the same resource limits on the command (`resource.setrlimit`, inherited
-by its children; set by util-linux `prlimit`): CPU seconds, address space, file size. The number of processes: Linux
-does not enforce RLIMIT_NPROC for root, so when this process is root and a pids cgroup
-(v1 /sys/fs/cgroup/pids or a v2 hierarchy with the pids controller) is writable, each
+Both mechanisms set the same resource limits on the command (rlimits inherited by its
+children, set by util-linux `prlimit`): CPU seconds, address space, file size. The number
+of processes: Linux does not enforce RLIMIT_NPROC for root, so when this process is root
+and a pids cgroup (v1 /sys/fs/cgroup/pids or a v2 hierarchy with the pids controller) is writable, each
 Sandbox gets its own cgroup with `pids.max = nproc`, the command is put in it before exec,
 and on timeout every process in it is killed (escapees from the session included). As a
 non-root user RLIMIT_NPROC is set to `nproc` above the processes that user already has
