@@ -23,9 +23,9 @@ def base() -> ExperimentConfig:
   return ExperimentConfig(
       name="swe",
       env=EnvConfig(name="swe",
-                    kwargs={"source": "synth", "num_train": 200, "num_test": 20,
+                    kwargs={"source": "synth", "num_train": 100, "num_test": 10,
                             "step_limit": 10, "max_obs_chars": 1500},
-                    train_split="train", eval_split="test", num_train_tasks=200,
+                    train_split="train", eval_split="test", num_train_tasks=100,
                     pool_backend="process"),
       tokenizer=TokenizerConfig(vocab_size=2048),
       model=ModelConfig.tiny(vocab_size=2048, hidden_size=128, intermediate_size=384,
@@ -35,7 +35,7 @@ def base() -> ExperimentConfig:
                             max_prompt_tokens=2048, max_action_tokens=512, num_envs=8,
                             step_timeout_s=600.0),
       sft=SFTConfig(num_demos=100, epochs=8, batch_size=16, learning_rate=1e-3),
-      eval=EvalConfig(num_episodes=20, every=25),
+      eval=EvalConfig(num_episodes=10, every=25),
       rl_iterations=200,
       checkpoint_every=10,
   )

@@ -22,12 +22,13 @@ The role of SWE-bench's per-instance container and of mini-swe-agent's `LocalEnv
 Both mechanisms set the same resource limits on the command (rlimits inherited by its
 children, set by util-linux `prlimit`): CPU seconds, address space, file size. The number
 of processes: Linux does not enforce RLIMIT_NPROC for root, so when this process is root
-and a pids cgroup (v1 /sys/fs/cgroup/pids or a v2 hierarchy with the pids controller) is writable, each
-Sandbox gets its own cgroup with `pids.max = nproc`, the command is put in it before exec,
-and on timeout every process in it is killed (escapees from the session included). As a
-non-root user RLIMIT_NPROC is set to `nproc` above the processes that user already has
-(it counts all of them). As root without a writable pids cgroup nothing bounds the process
-count but the timeout (`Sandbox.nproc_mechanism` says which applies).
+and a pids cgroup (v1 /sys/fs/cgroup/pids or a v2 hierarchy with the pids controller) is
+writable, each Sandbox gets its own cgroup with `pids.max = nproc`, the command is put in
+it before exec, and before the next command and at close every process left in it is
+killed (escapees from the session included). As a non-root user RLIMIT_NPROC is set to
+`nproc` above the processes that user already has (it counts all of them). As root
+without a writable pids cgroup nothing bounds the process count but the timeout
+(`Sandbox.nproc_mechanism` says which applies).
 
 Output: stdout and stderr, interleaved, go to one pipe that is read up to
 `output_bytes`; what follows is discarded (the command keeps running until it ends or the
