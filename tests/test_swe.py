@@ -240,6 +240,7 @@ def test_fork_bomb_is_contained(box):
   r = box.run(":(){ :|:& };:")
   assert time.monotonic() - t < 2 + 2.0
   assert r.killed == "timeout" or "Resource temporarily unavailable" in r.output
+  assert r.hit_nproc == (box.nproc_mechanism == "cgroup")
   after = box.run("echo alive")  # the sandbox works again: the bomb is gone
   assert after.output == "alive\n" and after.killed is None
   if box.nproc_mechanism == "cgroup":  # no process of the bomb is alive
@@ -285,13 +286,16 @@ def test_write_outside_working_copy_is_refused(tmp_path):
 
 def test_env_reports_runaway_command(tiny):
   env = make_env("swe", source="swebench", instances=tiny["instances"],
-                 repos_dir=tiny["repos_dir"], command_time_s=2)
+                 repos_dir=tiny["repos_dir"], command_time_s=2, max_processes=32)
   try:
     env.reset("test", 0)
     r = env.step("run sleep 30")
     assert "[killed: the command ran past its 2 s time limit]" in r.observation
     assert r.info.extra["killed"] == "timeout" and not r.done and r.info.action_valid
     assert "[exit code 3]" in env.step("run exit 3").observation
+    obs = env.step("run :(){ :|:& };:; wait").observation
+    assert ("[the command hit its limit of 32 processes]" in obs
+            or env._box.nproc_mechanism != "cgroup"), obs  # pylint: disable=protected-access
   finally:
     env.close()
 

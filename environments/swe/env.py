@@ -93,14 +93,16 @@ class SweEnv(TextEnv):
   def __init__(self, source: str = "synth", instances: str = "", repos_dir: str = "",
                cache_dir: str = "", seed: int = 0, num_train: int = 100, num_test: int = 10,
                step_limit: int = 30, max_obs_chars: int = 2000, command_time_s: float = 20.0,
-               grade_time_s: float = 300.0, mechanism: str = "", oracle_labels: bool = False):
+               grade_time_s: float = 300.0, max_processes: int = 512, mechanism: str = "",
+               oracle_labels: bool = False):
     if source not in ("synth", "swebench"):
       raise ValueError(f"source={source!r}; valid: synth, swebench")
     if not isinstance(step_limit, int) or step_limit < 1:
       raise ValueError(f"step_limit={step_limit!r}; must be a positive integer")
     self._source = source
     self._mechanism = mechanism or None
-    self._limits = Limits(time_s=command_time_s, cpu_s=int(command_time_s))
+    self._limits = Limits(time_s=command_time_s, cpu_s=int(command_time_s),
+                          nproc=max_processes)
     self._grade_limits = Limits(time_s=grade_time_s, cpu_s=int(grade_time_s),
                                 output_bytes=16_000_000)
     self._step_limit = step_limit
@@ -229,6 +231,8 @@ class SweEnv(TextEnv):
       out += f"\n[killed: the command used up its {self._limits.cpu_s} s CPU limit]"
     elif r.returncode:
       out += f"\n[exit code {r.returncode}]"
+    if r.hit_nproc:
+      out += f"\n[the command hit its limit of {self._limits.nproc} processes]"
     return out or "(no output)", True, r.killed
 
   def _do_view(self, rel: str, first: int, last: int):

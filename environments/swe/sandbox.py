@@ -88,6 +88,8 @@ class Result:
   killed: str | None  # None, "timeout" or "cpu" (RLIMIT_CPU's signal)
   dropped_bytes: int  # output past Limits.output_bytes
   seconds: float
+  # A fork was refused for the process limit (known only with a pids cgroup, else False).
+  hit_nproc: bool = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -220,6 +222,7 @@ class Sandbox:
     nproc = None if os.getuid() == 0 or self._cgroup else (
         _count_user_tasks(os.getuid()) + lim.nproc)
     self._wait_cgroup_empty()
+    refused_before = self._forks_refused()
     os.makedirs(self.workdir, exist_ok=True)  # in "rlimit" mode a command may delete it
     start = time.monotonic()
     argv = _limit_prefix(lim, nproc, self._cgroup) + self._argv(command)
@@ -259,7 +262,15 @@ class Sandbox:
         "cpu" if rc in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU) else None)
     output = b"".join(chunks).decode("utf-8", errors="replace")
     return Result(output=output, returncode=None if timed_out else rc, killed=killed,
-                  dropped_bytes=dropped, seconds=time.monotonic() - start)
+                  dropped_bytes=dropped, seconds=time.monotonic() - start,
+                  hit_nproc=self._forks_refused() > refused_before)
+
+  def _forks_refused(self) -> int:
+    """pids.events' "max": how many forks the cgroup's pids.max has refused so far."""
+    if self._cgroup is None:
+      return 0
+    with open(os.path.join(self._cgroup, "pids.events")) as f:
+      return int(dict(line.split() for line in f if line.strip()).get("max", 0))
 
   def _kill(self, proc: subprocess.Popen) -> None:
     # The whole session: bwrap's namespace dies with it; in "rlimit" mode every child
