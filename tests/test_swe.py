@@ -126,6 +126,14 @@ def test_grading_follows_swebench_definition(tiny):
   assert not bad.patch_applied and not bad.resolved
 
 
+def test_hunks_of_a_patch():
+  old = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
+  assert grading.hunks(GOLD) == [("calc.py", 1, old, old.replace("a - b", "a + b"))]
+  two = GOLD + TEST_PATCH
+  assert [h[0] for h in grading.hunks(two)] == ["calc.py", "tests/test_calc.py"]
+  assert grading.patch_files(two) == ["calc.py", "tests/test_calc.py"]
+
+
 def test_parse_log_pytest_as_swebench():
   log = ("PASSED a.py::test_x\nFAILED a.py::test_y - AssertionError: 1 - 2\n"
          "ERROR b.py::test_z\nXFAIL a.py::test_w - reason\nsome PASSED noise\n")

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import tempfile
 
@@ -53,37 +52,12 @@ from environments.swe import synth
 from environments.swe.sandbox import Limits, Sandbox
 
 _RESTORE = "run git checkout -q -- . && git clean -fdq"
-_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@[^\n]*\n", re.MULTILINE)
 
 
 def _default_cache() -> str:
   root = (os.environ.get("CSA_JAX_CACHE")
           or os.path.join(os.path.expanduser("~"), ".cache", "csa_jax"))
   return os.path.join(root, "swe")
-
-
-def gold_edits(patch: str) -> list[tuple[str, int, str, str]]:
-  """(path, first old line, old text, new text) per hunk of a unified git diff."""
-  edits = []
-  for block in re.split(r"^(?=diff --git )", patch, flags=re.MULTILINE):
-    m = re.match(r"diff --git a/\S+ b/(\S+)", block)
-    if not m:
-      continue
-    path = m.group(1)
-    hunks = list(_HUNK_RE.finditer(block))
-    for h, nxt in zip(hunks, hunks[1:] + [None]):
-      body = block[h.end():nxt.start() if nxt else len(block)]
-      old, new = [], []
-      for line in body.splitlines(keepends=True):
-        if line.startswith("\\"):
-          continue  # "\ No newline at end of file"
-        tag, text = line[:1], line[1:]
-        if tag in (" ", "-"):
-          old.append(text)
-        if tag in (" ", "+"):
-          new.append(text)
-      edits.append((path, int(h.group(1)), "".join(old), "".join(new)))
-  return edits
 
 
 @register_env("swe", revision=1, engines=("toolz",))
@@ -319,7 +293,7 @@ class SweEnv(TextEnv):
 
   def _expert_plan(self) -> list[str]:
     plan = []
-    for path, line, old, new in gold_edits(self._inst.patch):
+    for path, line, old, new in grading.hunks(self._inst.patch):
       n_old = max(1, old.count("\n"))
       plan.append(f"view {path} {line} {line + n_old - 1}")
       plan.append(A.replace_action(path, old, new))

@@ -168,6 +168,33 @@ def patch_files(patch: str) -> list[str]:
   return list(dict.fromkeys(re.findall(r"^diff --git a/\S+ b/(\S+)$", patch, re.MULTILINE)))
 
 
+_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@[^\n]*\n", re.MULTILINE)
+
+
+def hunks(patch: str) -> list[tuple[str, int, str, str]]:
+  """(path, first old line, old text, new text) per hunk of a unified git diff."""
+  edits = []
+  for block in re.split(r"^(?=diff --git )", patch, flags=re.MULTILINE):
+    m = re.match(r"diff --git a/\S+ b/(\S+)", block)
+    if not m:
+      continue
+    path = m.group(1)
+    found = list(_HUNK_RE.finditer(block))
+    for h, nxt in zip(found, found[1:] + [None]):
+      body = block[h.end():nxt.start() if nxt else len(block)]
+      old, new = [], []
+      for line in body.splitlines(keepends=True):
+        if line.startswith("\\"):
+          continue  # "\ No newline at end of file"
+        tag, text = line[:1], line[1:]
+        if tag in (" ", "-"):
+          old.append(text)
+        if tag in (" ", "+"):
+          new.append(text)
+      edits.append((path, int(h.group(1)), "".join(old), "".join(new)))
+  return edits
+
+
 # ---- SWE-bench's log parsing and resolution -------------------------------------------------
 
 def parse_log_pytest(log: str) -> dict[str, str]:

@@ -62,7 +62,7 @@ TEST_DIR = "toolz/tests"
 SPLIT_MODULES = {"train": ("toolz/itertoolz.py", "toolz/functoolz.py"),
                  "test": ("toolz/dicttoolz.py", "toolz/recipes.py")}
 REPO = "synth/toolz"
-GEN_REVISION = 2  # bump when the candidates, the checks or the issue text change
+GEN_REVISION = 3  # bump when the candidates, the checks or the issue text change
 MAX_F2P = 10
 _COMPARE_SWAP = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "==",
                  "in": "not in", "not in": "in", "is": "is not", "is not": "is"}
@@ -404,6 +404,10 @@ class SynthTasks:
                            m.path]).stdout.decode()
       test_patch = grading.git(["--git-dir", git_dir, "diff", "--binary", base_commit,
                                 commit, "--"] + files).stdout.decode()
+      with open(os.path.join(scratch, m.path)) as f:
+        source = f.read()
+      if any(source.count(old) != 1 for _, _, old, _ in grading.hunks(patch)):
+        return None  # the expert's replacement would be ambiguous
       inst = grading.Instance(
           instance_id=f"synth__toolz-{self.seed}-{split}-{k:04d}", repo=REPO,
           base_commit=base_commit, problem_statement=issue_text(f2p, log), patch=patch,
