@@ -5,7 +5,7 @@
 
 Prompts are long (the issue holds a traceback) and so are actions (a replacement block
 holds the hunk's old and new lines): 2048 + 512 tokens. Train on bugs in toolz's
-itertoolz/functoolz, evaluate on bugs in dicttoolz/recipes (code no training task touched).
+itertoolz/dicttoolz/recipes, evaluate on bugs in functoolz (code no training task touched).
 Actions are whole commands, so a useful policy is a pretrained code model; the tiny model
 here only exercises the pipeline. A graded step runs a test file (~2 s), so the pool is a
 process pool of 8. This is not SWE-bench: see environments/swe/synth.py. For
