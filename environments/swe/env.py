@@ -67,7 +67,7 @@ class SweEnv(TextEnv):
   def __init__(self, source: str = "synth", instances: str = "", repos_dir: str = "",
                cache_dir: str = "", seed: int = 0, num_train: int = 100, num_test: int = 10,
                step_limit: int = 30, max_obs_chars: int = 2000, command_time_s: float = 20.0,
-               grade_time_s: float = 300.0, max_processes: int = 512, mechanism: str = "",
+               grade_time_s: float = 120.0, max_processes: int = 512, mechanism: str = "",
                oracle_labels: bool = False):
     if source not in ("synth", "swebench"):
       raise ValueError(f"source={source!r}; valid: synth, swebench")
