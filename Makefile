@@ -32,6 +32,6 @@ test: $(VENV)/.test-stamp
 test-slow: $(VENV)/.test-stamp
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
-BENCHMARKS ?= advantages sampler train_step algorithms envpool alfworld_speed scienceworld_speed
+BENCHMARKS ?= advantages sampler train_step algorithms envpool alfworld_speed scienceworld_speed swe_speed
 bench: $(VENV)/.test-stamp
 	for b in $(BENCHMARKS); do echo "== $$b"; PYTHONPATH=. $(BIN)/python -m benchmarks.$$b || exit 1; done
