@@ -194,7 +194,9 @@ def test_actions_and_invalid_ones(tiny):
     bad = ["", "frobnicate", "view", "view calc.py 3 1", "view ../../etc/passwd",
            "replace calc.py\nno block", "submit now",
            A.replace_action("calc.py", "return a / b\n", "x\n"),
-           A.replace_action("calc.py", "\n", "x\n")]  # blank line occurs twice
+           A.replace_action("calc.py", "\n", "x\n"),  # a blank line occurs twice
+           A.replace_action("calc.py/sub.py", "", "x\n"),  # under a file
+           "view calc.py/x"]
     for a in bad:
       r = env.step(a)
       assert not r.info.action_valid and not r.done, a

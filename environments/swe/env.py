@@ -93,7 +93,7 @@ class SweEnv(TextEnv):
       self._instances = grading.load_instances(instances)
       self._repos_dir = repos_dir
       self.splits = ("train", "dev", "test")
-    self._root = tempfile.mkdtemp(prefix="swe_env_")
+    self._root = os.path.realpath(tempfile.mkdtemp(prefix="swe_env_"))
     self._bases: dict[str, str] = {}  # instance_id -> exported base tree (cached per env)
     self._inst: grading.Instance | None = None
     self._box: Sandbox | None = None
@@ -166,6 +166,8 @@ class SweEnv(TextEnv):
       obs, valid, killed = getattr(self, f"_do_{act.kind}")(*act.args)
     except A.ParseError as e:
       obs, valid = f"Invalid action: {e}", False
+    except (OSError, ValueError) as e:  # a host-side file operation the path does not allow
+      obs, valid = f"Error: {e}", False
     self._track_expert(action)
     label = self._oracle_label()
     if self._steps >= self._step_limit:
