@@ -61,7 +61,7 @@ TEST_DIR = "toolz/tests"
 SPLIT_MODULES = {"train": ("toolz/itertoolz.py", "toolz/dicttoolz.py", "toolz/recipes.py"),
                  "test": ("toolz/functoolz.py",)}
 REPO = "synth/toolz"
-GEN_REVISION = 5  # bump when the candidates, the checks or the issue text change
+GEN_REVISION = 6  # bump when the candidates, the checks or the issue text change
 MAX_F2P = 10
 _COMPARE_SWAP = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "==",
                  "in": "not in", "not in": "in", "is": "is not", "is not": "is"}
@@ -274,9 +274,10 @@ def package_version() -> str:
 
 
 def _run_suite(tree: str, mechanism: str | None) -> tuple[dict[str, str], str]:
-  cmd = grading.test_command([TEST_DIR]) + " --tb=short"
-  # Fixed hash seed and width: the tracebacks (set orders, line wrapping) become the issue
-  # text, which must be the same in every run.
+  # The tracebacks become the issue text, which must be the same in every run: a fixed hash
+  # seed and width, and address randomisation off (`setarch -R`), as hash(None) is its
+  # address before Python 3.12, and sets holding None print in hash order.
+  cmd = "setarch -R env " + grading.test_command([TEST_DIR]) + " --tb=short"
   with Sandbox(tree, _VALIDATE_LIMITS, mechanism,
                env={"PYTHONHASHSEED": "0", "COLUMNS": "100"}) as box:
     result = box.run(cmd)
