@@ -22,11 +22,14 @@ exactly those of real SWE-bench instances.
 
 Splits are disjoint by module (train: itertoolz, dicttoolz, recipes; test: functoolz) so
 test tasks are bugs in code no training task touched (train has 248 candidate mutations in
-37 functions, test 211 in 38). Candidates of a split are shuffled with `seed` and validated in that order (a function may carry several
-tasks, each a different mutation); tasks are made
-lazily (task k of a split needs the first k+1 kept candidates) and cached on disk under a
-key of the package version, this generator's revision and the seed, with a lock so pool
-workers share one cache. The same seed gives the same tasks, commits and patches.
+37 functions, test 211 in 38; about 3 in 4 are kept). Candidates of a split are shuffled
+with `seed` and validated in that order (a function may carry several tasks, each a
+different mutation); a candidate whose gold hunk would not be unique for the `replace`
+action is dropped too. Tasks are made lazily (task k of a split needs the first k+1 kept
+candidates) and cached on disk under a key of the package version, this generator's
+revision and the seed, with a lock so pool workers share one cache. The same seed gives
+the same tasks, commits, patches and issue text (validation runs with PYTHONHASHSEED=0,
+COLUMNS=100 and address randomisation off).
 
 Issue text: the first FAIL_TO_PASS test's id and its pytest traceback (`--tb=short`), and
 how many tests fail, as a user's bug report that pastes a failing test would read.
