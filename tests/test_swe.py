@@ -390,10 +390,10 @@ def test_launch_swe_csa_sft_then_rl(tmp_path):
   sets = [f"env.kwargs.cache_dir={tmp_path / 'synth'}", f"sft.demos_dir={tmp_path / 'demos'}",
           "sft.num_demos=2", "sft.epochs=1", "sft.batch_size=4", "rollout.tasks_per_iter=1",
           "rollout.group_size=2", "rollout.num_envs=2", "rollout.max_turns=2",
-          "env.kwargs.step_limit=2", "rollout.max_prompt_tokens=1200",
+          "env.kwargs.step_limit=2", "rollout.max_prompt_tokens=2048",
           "rollout.max_action_tokens=256", "algo.minibatch_size=4", "eval.num_episodes=2",
           "eval.every=0", "rl_iterations=1", "env.num_train_tasks=2", "env.kwargs.num_train=2",
-          "env.kwargs.num_test=2", "model.max_seq_len=1536", "tokenizer.vocab_size=512",
+          "env.kwargs.num_test=2", "model.max_seq_len=2304", "tokenizer.vocab_size=512",
           "model.vocab_size=512", "model.num_layers=1", "model.hidden_size=64",
           "model.intermediate_size=128"]
   args = ["--exp", "swe_csa", "--workdir", str(tmp_path / "run")]

@@ -64,7 +64,7 @@ TEST_DIR = "toolz/tests"
 SPLIT_MODULES = {"train": ("toolz/itertoolz.py", "toolz/dicttoolz.py", "toolz/recipes.py"),
                  "test": ("toolz/functoolz.py",)}
 REPO = "synth/toolz"
-GEN_REVISION = 6  # bump when the candidates, the checks or the issue text change
+GEN_REVISION = 7  # bump when the candidates, the checks or the issue text change
 MAX_F2P = 10
 _COMPARE_SWAP = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "==",
                  "in": "not in", "not in": "in", "is": "is not", "is not": "is"}
@@ -249,7 +249,7 @@ def remove_tests(root: str, test_ids: list[str]) -> bool:
   return True
 
 
-def failure_text(log: str, test_id: str, max_lines: int = 40) -> str:
+def failure_text(log: str, test_id: str, max_lines: int = 30) -> str:
   """The pytest --tb=short section of `test_id` from a log."""
   path, *names = test_id.split("::")
   title = ".".join(names)
@@ -264,8 +264,8 @@ def failure_text(log: str, test_id: str, max_lines: int = 40) -> str:
 
 
 def issue_text(f2p: list[str], log: str) -> str:
-  more = (f"\n\n{len(f2p) - 1} other test(s) fail as well: " + ", ".join(f2p[1:])) \
-      if len(f2p) > 1 else ""
+  others = ", ".join(f2p[1:4]) + (f" and {len(f2p) - 4} more" if len(f2p) > 4 else "")
+  more = f"\n\n{len(f2p) - 1} other test(s) fail as well: {others}" if len(f2p) > 1 else ""
   return (f"After a recent change, `{f2p[0]}` fails:\n\n```\n{failure_text(log, f2p[0])}\n```"
           f"{more}\n\nThe test is right; the library code is wrong. Please fix the library.")
 
