@@ -10,6 +10,7 @@ from environments.registry import list_envs, make_env, register_env
 
 import environments.twx_env  # noqa: F401,E402  (registers "twx")
 import environments.webshop.env  # noqa: F401,E402  (registers "webshop"; pure Python)
+import environments.swe.env  # noqa: F401,E402  (registers "swe")
 
 if importlib.util.find_spec("scienceworld"):
   import environments.scienceworld_env  # noqa: F401,E402  (registers "scienceworld")
