@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-slow bench venv
+.PHONY: run test test-slow bench venv sysdeps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,11 +29,20 @@ run: $(VENV)/.req-stamp
 # TEST_WORKERS pytest-xdist processes, one test file each at a time (module fixtures such as
 # a shared SFT run stay in one process); TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
-test: $(VENV)/.test-stamp
+# The swe environment's sandbox (environments/swe/sandbox.py) uses bubblewrap, a Debian
+# package: installed here when missing and apt-get can (as root); else its tests say so.
+sysdeps:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }; } \
+	  && echo "installed bubblewrap"; } || \
+	  echo "bubblewrap could not be installed (apt-get install bubblewrap): the swe sandbox's bwrap tests will fail"
+
+test: $(VENV)/.test-stamp sysdeps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests ran: failing"; exit 1; fi; exit $$rc
 
-test-slow: $(VENV)/.test-stamp
+test-slow: $(VENV)/.test-stamp sysdeps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow $(PYTEST_ARGS)
 
 BENCHMARKS ?= advantages sampler train_step algorithms envpool alfworld_speed scienceworld_speed webshop_speed virtualhome_speed taubench_speed swe_speed
