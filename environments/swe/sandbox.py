@@ -48,6 +48,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -174,6 +175,17 @@ def _limit_prefix(limits: Limits, nproc: int | None, cgroup: str | None) -> list
   return prefix + ["--"]
 
 
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _needed_under_tmp() -> list[str]:
+  """Host paths under /tmp that sandboxed commands need: this checkout and its Python
+  (a clone in /tmp, as CI makes). The sandbox's private /tmp would hide them, so they
+  are bound back, read-only, over it."""
+  roots = {os.path.realpath(sys.prefix), os.path.realpath(_PROJECT_ROOT)}
+  return sorted(p for p in roots if p.startswith("/tmp/"))
+
+
 class Sandbox:
   """Runs commands in `workdir` (the working copy) under `limits`."""
 
@@ -199,9 +211,11 @@ class Sandbox:
   def _argv(self, command: str) -> list[str]:
     shell = ["bash", "-c", command]
     if self.mechanism == "bwrap":
+      under_tmp = [a for p in _needed_under_tmp() for a in ("--ro-bind", p, p)]
       return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-              "--tmpfs", "/tmp", "--bind", self.workdir, self.workdir, "--unshare-all",
-              "--die-with-parent", "--new-session", "--chdir", self.workdir] + shell
+              "--tmpfs", "/tmp", *under_tmp, "--bind", self.workdir, self.workdir,
+              "--unshare-all", "--die-with-parent", "--new-session",
+              "--chdir", self.workdir] + shell
     if _unshare_net_works():
       return ["unshare", "-rn"] + shell
     return shell
