@@ -49,7 +49,7 @@ from csa_jax.config import ExperimentConfig, micro_batches
 from csa_jax.data import BATCH_KEYS
 from csa_jax.model import Decoder, ModelConfig
 from csa_jax.model import hf
-from csa_jax.model.decoder import CACHE_AXES, KVCache
+from csa_jax.model.decoder import CACHE_AXES, cache_shardings
 
 GiB = 1024 ** 3
 HEADROOM = 0.9  # the verdict's share of device memory a plan may use
@@ -91,8 +91,8 @@ class Plan:
 
 
 def model_config(cfg: ExperimentConfig) -> tuple[ModelConfig, str]:
-  """The policy's shape and where it came from: model_path's config.json (dtypes and
-  remat from the experiment's `model`), else the experiment's own `model`."""
+  """The policy's shape and where it came from: model_path's config.json (dtypes, remat
+  and scan_layers from the experiment's `model`), else the experiment's own `model`."""
   m = cfg.model
   if not cfg.model_path:
     return m, "experiment's model"
@@ -102,7 +102,7 @@ def model_config(cfg: ExperimentConfig) -> tuple[ModelConfig, str]:
   with open(path) as f:
     shape = hf.config_from_hf(json.load(f), dtype=m.dtype, param_dtype=m.param_dtype,
                               source=path)
-  return shape.replace(remat=m.remat), path
+  return shape.replace(remat=m.remat, scan_layers=m.scan_layers), path
 
 
 def _bytes_per_device(tree: Any) -> int:
@@ -182,7 +182,7 @@ def plan(cfg: ExperimentConfig, *, log=print) -> Plan:
   b, total = r.num_envs, seq_len
   cache_one = NamedSharding(mesh, mesh_lib.logical_to_spec(
       CACHE_AXES, mesh_lib.SAMPLE_RULES, (b, total, mcfg.num_kv_heads, mcfg.head_dim), mesh))
-  cache_sh = KVCache(k=(cache_one,) * mcfg.num_layers, v=(cache_one,) * mcfg.num_layers)
+  cache_sh = cache_shardings(mcfg, cache_one)
   prompts = jax.ShapeDtypeStruct((b, r.max_prompt_tokens), jnp.int32, sharding=batch_sh)
   key = jax.eval_shape(lambda: jax.random.key(0))
   programs.append(_compile(

@@ -37,8 +37,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from csa_jax import mesh as mesh_lib
-from csa_jax.model.decoder import (CACHE_AXES, Decoder, KVCache,
-                                   default_positions, token_logprobs)
+from csa_jax.model.decoder import (CACHE_AXES, Decoder, cache_batch_axis,
+                                   cache_shardings, default_positions, token_logprobs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +164,11 @@ def _prefill(model, tokens_BxP, positions_BxP, kv_mask_BxS, s, chunk):
   c = b // chunk
   split = lambda x: jnp.moveaxis(x.reshape(chunk, c, *x.shape[1:]), 1, 0)
   merge = lambda x: jnp.moveaxis(x, 0, 1).reshape(b, *x.shape[2:])
+  ax = cache_batch_axis(model.cfg)  # lax.map stacks each pass's cache on a new axis 0
+
+  def merge_cache(x):  # [c, ..., chunk (at ax + 1), ...] -> [..., b (at ax), ...]
+    x = jnp.moveaxis(x, 0, ax + 1)
+    return x.reshape(*x.shape[:ax], b, *x.shape[ax + 2:])
 
   def one(args):
     tok, pos, kvm = args
@@ -171,7 +176,7 @@ def _prefill(model, tokens_BxP, positions_BxP, kv_mask_BxS, s, chunk):
 
   logits, cache = jax.lax.map(one, (split(tokens_BxP), split(positions_BxP),
                                     split(kv_mask_BxS)))
-  return merge(logits), jax.tree.map(merge, cache)
+  return merge(logits), jax.tree.map(merge_cache, cache)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id",
@@ -261,8 +266,7 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
              model.cfg.head_dim)
     one = NamedSharding(mesh, mesh_lib.logical_to_spec(CACHE_AXES, rules,
                                                       shape, mesh))
-    n_layers = model.cfg.num_layers
-    cache_sharding = KVCache(k=(one,) * n_layers, v=(one,) * n_layers)
+    cache_sharding = cache_shardings(model.cfg, one)
   graphdef, state = nnx.split(model)
   return _sample_jit(graphdef, state, tokens, mask, rng, cfg=cfg,
                      pad_id=int(pad_id), cache_sharding=cache_sharding,

@@ -266,7 +266,8 @@ class Trainer:
         model, tok = hf.from_pretrained(c.model_path, dtype=c.model.dtype,
                                         param_dtype=c.model.param_dtype,
                                         mesh=self.mesh, rules=mesh_lib.TRAIN_RULES,
-                                        remat=c.model.remat)
+                                        remat=c.model.remat,
+                                        scan_layers=c.model.scan_layers)
       except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
         raise SetupError(f"model_path {c.model_path}: {str(e).splitlines()[0]}") from None
       fmt = (rollout_lib.PromptFormat.chat(tok, c.rollout.action_format) if tok.chat_template

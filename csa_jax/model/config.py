@@ -50,6 +50,9 @@ class ModelConfig:
   param_dtype: storage dtype of the parameters. dtype: compute dtype of the
   matmuls and activations (norms, softmax and the final logits are float32).
   remat: rematerialise each decoder layer in the backward pass (saves memory).
+  scan_layers: store the layers stacked and run them as one lax.scan (compile time
+  flat in depth; see csa_jax/model/decoder.py). Changes the parameter tree, so a
+  checkpoint restores only into a model with the same setting.
   """
   vocab_size: int
   hidden_size: int
@@ -67,6 +70,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "float32"
   remat: bool = False
+  scan_layers: bool = False
 
   def __post_init__(self):
     for name in ("vocab_size", "hidden_size", "intermediate_size",
@@ -93,6 +97,10 @@ class ModelConfig:
             or isinstance(self.rope_scaling, Llama3RopeScaling)):
       raise ValueError("ModelConfig.rope_scaling must be None or a "
                        f"Llama3RopeScaling, got {self.rope_scaling!r}")
+    for name in ("remat", "scan_layers"):
+      if not isinstance(getattr(self, name), bool):
+        raise ValueError(f"ModelConfig.{name} must be true or false, "
+                         f"got {getattr(self, name)!r}")
     for name in ("param_dtype", "dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f"ModelConfig.{name} must be one of "
@@ -154,9 +162,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def preset(name: str, **overrides) -> ModelConfig:
-  """A pretrained checkpoint's shape (PRESETS), fp32 master weights, bf16 compute, remat."""
+  """A pretrained checkpoint's shape (PRESETS), fp32 master weights, bf16 compute, remat,
+  scanned layers (28-32 layers unrolled compile several times slower)."""
   if name not in PRESETS:
     raise ValueError(f"unknown model preset {name!r}; known: {', '.join(sorted(PRESETS))}")
-  fields = dict(PRESETS[name], param_dtype="float32", dtype="bfloat16", remat=True)
+  fields = dict(PRESETS[name], param_dtype="float32", dtype="bfloat16", remat=True,
+                scan_layers=True)
   fields.update(overrides)
   return ModelConfig(**fields)

@@ -21,6 +21,13 @@ is a rename plus a transpose/reshape:
 Every parameter carries logical axis names in its `out_sharding` metadata
 (created with eager_sharding=False, so nothing is placed at construction);
 `csa_jax.mesh` maps those names to mesh axes.
+
+Scanned layers (`ModelConfig.scan_layers`, as MaxText and Tunix do for deep models):
+`layers` is then one DecoderLayer whose parameters are stacked along a leading
+"layers" axis [L, ...], and the forward pass is a `lax.scan` over it, so XLA compiles
+one layer body whatever the depth (compile time stays flat from 2 to 80 layers). The
+KV cache is then two stacked arrays [L, B, S, K, Dh]. A scanned and an unscanned model
+made from the same seed hold the same numbers (layer i of the stack is layer i).
 """
 
 from __future__ import annotations
@@ -45,9 +52,24 @@ _MASK_VALUE = -1e30
 
 @flax.struct.dataclass
 class KVCache:
-  """Per-layer key/value caches, each [B, S, K, Dh] in the compute dtype."""
-  k: tuple[jax.Array, ...]
-  v: tuple[jax.Array, ...]
+  """Key/value caches in the compute dtype: a tuple of L arrays [B, S, K, Dh], or with
+  scanned layers one stacked array [L, B, S, K, Dh] each."""
+  k: tuple[jax.Array, ...] | jax.Array
+  v: tuple[jax.Array, ...] | jax.Array
+
+
+def cache_batch_axis(cfg: ModelConfig) -> int:
+  """The batch axis of every KVCache leaf (1 behind the stacked layer axis)."""
+  return 1 if cfg.scan_layers else 0
+
+
+def cache_shardings(cfg: ModelConfig, one_layer: jax.sharding.NamedSharding) -> KVCache:
+  """A KVCache of shardings from one layer's [B, S, K, Dh] sharding."""
+  if cfg.scan_layers:
+    spec = jax.sharding.PartitionSpec(None, *one_layer.spec)
+    one = jax.sharding.NamedSharding(one_layer.mesh, spec)
+    return KVCache(k=one, v=one)
+  return KVCache(k=(one_layer,) * cfg.num_layers, v=(one_layer,) * cfg.num_layers)
 
 
 def _param(value: jax.Array, axes: Sequence[str | None]) -> nnx.Param:
@@ -228,14 +250,34 @@ def _run_layer_remat(layer, x, cos, sin, mask, kv, cache_index):
   return jax.checkpoint(pure)(state, x, cos, sin, mask), None
 
 
+def stack_layers(layers: Sequence[DecoderLayer]) -> DecoderLayer:
+  """One DecoderLayer holding the parameters of `layers` stacked on a new leading axis,
+  named "layers" in each parameter's logical axes (replicated by every rules table)."""
+  graphdef, _ = nnx.split(layers[0])
+  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.split(l)[1] for l in layers])
+  module = nnx.merge(graphdef, stacked)
+  for _, var in nnx.to_flat_state(nnx.state(module)):
+    axes = var.get_metadata().get("out_sharding") or ()
+    var.set_metadata(out_sharding=("layers",) + tuple(axes))
+  return module
+
+
+def _scan_remat(fn):
+  # prevent_cse=False: inside a scan the common-subexpression hazard jax.checkpoint
+  # guards against cannot arise, and keeping it would block XLA's fusion (jax docs).
+  return jax.checkpoint(fn, prevent_cse=False)
+
+
 class Decoder(nnx.Module):
   """The policy model: tokens -> float32 logits, plain or with a KV cache."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
     self.embed_tokens = Embedding(cfg, rngs)
-    self.layers = nnx.List([DecoderLayer(cfg, rngs)
-                            for _ in range(cfg.num_layers)])
+    # Made one by one from the same stream either way: scanned or not, a seed gives the
+    # same weights.
+    layers = [DecoderLayer(cfg, rngs) for _ in range(cfg.num_layers)]
+    self.layers = stack_layers(layers) if cfg.scan_layers else nnx.List(layers)
     self.norm = RMSNorm(cfg)
     self.lm_head = None if cfg.tie_embeddings else Dense(
         (cfg.hidden_size,), (cfg.vocab_size,), ("embed",), ("vocab",),
@@ -303,6 +345,9 @@ class Decoder(nnx.Module):
     """Zero KV cache of max_len slots (prompt + new tokens)."""
     c = self.cfg
     shape = (batch_size, max_len, c.num_kv_heads, c.head_dim)
+    if c.scan_layers:
+      zeros = jnp.zeros((c.num_layers,) + shape, c.jnp_dtype)
+      return KVCache(k=zeros, v=zeros)
     zeros = tuple(jnp.zeros(shape, c.jnp_dtype) for _ in range(c.num_layers))
     return KVCache(k=zeros, v=zeros)
 
@@ -313,6 +358,9 @@ class Decoder(nnx.Module):
     # A trace-time NumPy constant, not state.
     inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
     cos, sin = rope_cos_sin(positions_BxT, inv_freq)
+    if c.scan_layers:
+      x, new_cache = self._scan(x, cos, sin, mask, cache, cache_index)
+      return self.norm(x), new_cache
     # Remat trades activations for recomputation in a backward pass; the cached
     # (sampling) path has none.
     run = _run_layer_remat if self.cfg.remat and cache is None else _run_layer
@@ -327,6 +375,31 @@ class Decoder(nnx.Module):
     new_cache = None if cache is None else KVCache(k=tuple(new_k),
                                                    v=tuple(new_v))
     return x, new_cache
+
+  def _scan(self, x, cos, sin, mask, cache, cache_index):
+    """The stacked layers as one lax.scan (see the module docstring)."""
+    graphdef, state = nnx.split(self.layers)
+    if cache is None:
+      def body(x, layer_state):
+        return nnx.merge(graphdef, layer_state)(x, cos, sin, mask)[0], None
+
+      x, _ = jax.lax.scan(_scan_remat(body) if self.cfg.remat else body, x, state)
+      return x, None
+
+    # The stacked cache rides in the carry and each layer writes its own slice in
+    # place (dynamic_update_index); as a scanned output it would be a fresh copy.
+    def cached_body(carry, xs):
+      x, k_all, v_all = carry
+      layer_state, i = xs
+      kv = (jax.lax.dynamic_index_in_dim(k_all, i, keepdims=False),
+            jax.lax.dynamic_index_in_dim(v_all, i, keepdims=False))
+      x, (k, v) = nnx.merge(graphdef, layer_state)(x, cos, sin, mask, kv, cache_index)
+      return (x, jax.lax.dynamic_update_index_in_dim(k_all, k, i, 0),
+              jax.lax.dynamic_update_index_in_dim(v_all, v, i, 0)), None
+
+    (x, k_all, v_all), _ = jax.lax.scan(
+        cached_body, (x, cache.k, cache.v), (state, jnp.arange(self.cfg.num_layers)))
+    return x, KVCache(k=k_all, v=v_all)
 
   def _logits(self, x_BxTxD):
     # float32 accumulation: log-probs of sampled tokens feed the PPO ratio.

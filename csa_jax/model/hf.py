@@ -309,11 +309,19 @@ def _flat_params(abstract: nnx.Module):
   return graphdef, state, list(nnx.to_flat_state(state))
 
 
+def _per_layer(path: tuple, cfg: ModelConfig) -> list[tuple]:
+  """The unstacked parameter paths behind one of ours: with scanned layers a
+  ("layers", ...) parameter is the stack of ("layers", i, ...) over the L layers."""
+  if cfg.scan_layers and path[0] == "layers":
+    return [("layers", i) + tuple(path[1:]) for i in range(cfg.num_layers)]
+  return [path]
+
+
 def load_model(path: str, *, dtype: str = "float32",
                param_dtype: str | None = None, max_seq_len: int | None = None,
                mesh: jax.sharding.Mesh | None = None,
                rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
-               remat: bool = False) -> Decoder:
+               remat: bool = False, scan_layers: bool = False) -> Decoder:
   """The Decoder of a local HF directory; see `from_pretrained`."""
   if not os.path.isdir(path):
     raise HFCheckpointError(f"not a directory: {path}")
@@ -322,7 +330,8 @@ def load_model(path: str, *, dtype: str = "float32",
   if not isinstance(hf_cfg, dict):
     raise HFCheckpointError(f"{cfg_path}: expected a JSON object")
   cfg = config_from_hf(hf_cfg, dtype=dtype, param_dtype=param_dtype,
-                       max_seq_len=max_seq_len, source=cfg_path).replace(remat=remat)
+                       max_seq_len=max_seq_len, source=cfg_path).replace(
+                           remat=remat, scan_layers=scan_layers)
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
   graphdef, state, flat = _flat_params(abstract)
   shardings = None
@@ -334,18 +343,22 @@ def load_model(path: str, *, dtype: str = "float32",
     tensors = _Tensors(path, stack)
     expected = set()
     for p, var in flat:
-      name = _hf_name(p)
-      expected.add(name)
-      if name not in tensors.file_of:
-        raise HFCheckpointError(f"missing tensor {name!r} in {path} (needed "
-                                f"by {hf_cfg['architectures'][0]})")
-      shape = tuple(var.get_value().shape)
-      want, got = _hf_shape(p, shape), tensors.shape(name)
-      if got != want:
-        raise HFCheckpointError(
-            f"tensor {name!r} in {tensors.file_of[name]} has shape "
-            f"{list(got)}, expected {list(want)} from {CONFIG_FILE}")
-      value = _from_hf(p, tensors.get(name), shape).astype(np_dtype)
+      parts = _per_layer(p, cfg)
+      shape = tuple(var.get_value().shape)[len(parts) > 1:]  # one layer's
+      values = []
+      for q in parts:
+        name = _hf_name(q)
+        expected.add(name)
+        if name not in tensors.file_of:
+          raise HFCheckpointError(f"missing tensor {name!r} in {path} (needed "
+                                  f"by {hf_cfg['architectures'][0]})")
+        want, got = _hf_shape(q, shape), tensors.shape(name)
+        if got != want:
+          raise HFCheckpointError(
+              f"tensor {name!r} in {tensors.file_of[name]} has shape "
+              f"{list(got)}, expected {list(want)} from {CONFIG_FILE}")
+        values.append(_from_hf(q, tensors.get(name), shape).astype(np_dtype))
+      value = np.stack(values) if len(parts) > 1 else values[0]
       sharding = None if shardings is None else shardings[p].get_value()
       var.set_value(jax.device_put(value, sharding))
     if cfg.tie_embeddings:
@@ -366,20 +379,23 @@ def from_pretrained(path: str, *, dtype: str = "float32",
                     max_seq_len: int | None = None,
                     mesh: jax.sharding.Mesh | None = None,
                     rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
-                    load_tokenizer: bool = True, remat: bool = False
+                    load_tokenizer: bool = True, remat: bool = False,
+                    scan_layers: bool = False
                     ) -> tuple[Decoder, Tokenizer | None]:
   """Loads a local HF Llama / Qwen2 directory: (model, tokenizer).
 
   dtype: compute dtype ("float32" / "bfloat16"); param_dtype: storage dtype
   (default: dtype). max_seq_len: default max_position_embeddings. With a mesh,
   each parameter is placed straight onto its shards by `rules` (never whole
-  on one device). remat: rematerialise each layer in the backward pass. The model
+  on one device). remat: rematerialise each layer in the backward pass; scan_layers:
+  stack the layers and scan over them (`ModelConfig.scan_layers`). The model
   maps tokens [B, T] to float32 logits [B, T, V].
   The tokenizer (None when load_tokenizer=False) is
   `Tokenizer.from_hf_dir(path)`.
   """
   model = load_model(path, dtype=dtype, param_dtype=param_dtype,
-                     max_seq_len=max_seq_len, mesh=mesh, rules=rules, remat=remat)
+                     max_seq_len=max_seq_len, mesh=mesh, rules=rules, remat=remat,
+                     scan_layers=scan_layers)
   tok = Tokenizer.from_hf_dir(path) if load_tokenizer else None
   return model, tok
 
@@ -387,7 +403,10 @@ def from_pretrained(path: str, *, dtype: str = "float32",
 def _iter_hf_tensors(model: Decoder, np_dtype) -> Iterator[tuple[str, np.ndarray]]:
   for p, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
     value = np.asarray(jax.device_get(var.get_value()))
-    yield _hf_name(p), np.ascontiguousarray(_to_hf(p, value).astype(np_dtype))
+    parts = _per_layer(p, model.cfg)
+    for i, q in enumerate(parts):
+      one = value[i] if len(parts) > 1 else value
+      yield _hf_name(q), np.ascontiguousarray(_to_hf(q, one).astype(np_dtype))
 
 
 def save_pretrained(model: Decoder, path: str, *, dtype: str | None = None,
