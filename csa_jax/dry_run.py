@@ -80,6 +80,7 @@ class Plan:
   devices: str
   programs: tuple[ProgramMemory, ...]
   device_memory: int | None  # bytes; None: unknown (CPU without device_memory_gb)
+  remat: bool = True  # the model's setting: a plan that does not fit suggests it if off
 
   @property
   def peak(self) -> int:
@@ -202,7 +203,8 @@ def plan(cfg: ExperimentConfig, *, log=print) -> Plan:
   log(_line(programs[-1]))
   devices = f"{mesh.devices.size} x {mesh.devices.flat[0].device_kind}"
   return Plan(model=source, num_params=num_params, mesh=cfg.mesh, devices=devices,
-              programs=tuple(programs), device_memory=_device_memory(cfg, mesh))
+              programs=tuple(programs), device_memory=_device_memory(cfg, mesh),
+              remat=mcfg.remat)
 
 
 def _line(p: ProgramMemory) -> str:
@@ -221,5 +223,6 @@ def verdict(p: Plan) -> str:
   if p.fits:
     return f"{head}: fits in {room:.0f} GiB devices (with 10% headroom)"
   return (f"{head}: does NOT fit in {room:.0f} GiB devices with 10% headroom; shrink "
-          "optim.micro_batch_size, rollout.num_envs or the budgets, use a wider mesh, or "
-          "turn on model.remat")
+          "optim.micro_batch_size, rollout.num_envs or the budgets"
+          + (", use a wider mesh, or turn on model.remat" if not p.remat
+             else " or use a wider mesh"))
