@@ -5,8 +5,9 @@ For each depth it builds a decoder (hidden 256, 4 heads / 2 KV heads, MLP 512, v
 compiles, from scratch, the two programs a run compiles: the RL step (forward and
 backward, remat on as in the full-size presets) over 8 rows x 256 tokens, and the
 sampler (prefill + while-loop decode) for 8 prompts of 64 + 32 new tokens. Prints the
-seconds per program and the ratio unrolled / scanned; a scanned program's compile time
-should stay about flat in depth.
+compiler's CPU seconds per program (this process's CPU time: on a shared machine wall
+time swings with the load, CPU time hardly) and the ratio unrolled / scanned; a scanned
+program's compile time should stay about flat in depth.
 
   .venv/bin/python -m benchmarks.compile_time [--layers 2 8 28]
 """
@@ -38,9 +39,9 @@ def _model(layers: int, scan: bool) -> Decoder:
 
 
 def _seconds(fn, *args, **kwargs) -> float:
-  t0 = time.perf_counter()
+  t0 = time.process_time()
   fn.lower(*args, **kwargs).compile()
-  return time.perf_counter() - t0
+  return time.process_time() - t0
 
 
 def rl_step_compile_s(model: Decoder) -> float:
@@ -64,7 +65,7 @@ def sampler_compile_s(model: Decoder) -> float:
 
 
 def run(layers=(2, 8, 28)) -> list[dict]:
-  print(f"compile seconds (jax {jax.__version__}, {jax.default_backend()}); "
+  print(f"compile CPU seconds (jax {jax.__version__}, {jax.default_backend()}); "
         f"RL step {ROWS} x {SEQ} with remat, sampler {PROMPTS} x {P} + {N}")
   print(f"{'layers':>6} | {'RL step unrolled':>16} {'scanned':>8} {'ratio':>6} | "
         f"{'sampler unrolled':>16} {'scanned':>8} {'ratio':>6}")
