@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,3 +79,28 @@ class TextEnv(abc.ABC):
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+
+class TaskListEnv(TextEnv):
+  """A TextEnv over fixed task lists: `_tasks(split)` gives a split's tasks in order and
+  `reset_task(task)` starts one, so any task (held-out ones too) can be played by value."""
+
+  @abc.abstractmethod
+  def _tasks(self, split: str) -> Sequence[Any]:
+    """The tasks of `split`, in index order (ValueError for an unknown split)."""
+
+  @abc.abstractmethod
+  def reset_task(self, task: Any) -> StepResult:
+    """Starts `task`."""
+
+  def num_tasks(self, split: str) -> int:
+    return len(self._tasks(split))
+
+  def task(self, split: str, index: int) -> Any:
+    tasks = self._tasks(split)
+    if not isinstance(index, int) or not 0 <= index < len(tasks):
+      raise IndexError(f"index {index!r} out of range for split {split!r} with {len(tasks)} tasks")
+    return tasks[index]
+
+  def reset(self, split: str, index: int) -> StepResult:
+    return self.reset_task(self.task(split, index))

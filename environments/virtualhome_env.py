@@ -82,7 +82,7 @@ import re
 import threading
 from typing import Sequence
 
-from environments.base import StepInfo, StepResult, TextEnv
+from environments.base import StepInfo, StepResult, TaskListEnv
 from environments.registry import register_env
 
 SPLITS = ("train", "test", "unseen")
@@ -225,7 +225,7 @@ class _ParseError(ValueError):
 
 
 @register_env("virtualhome", engines=("virtualhome-eval",))
-class VirtualHomeTextEnv(TextEnv):
+class VirtualHomeTextEnv(TaskListEnv):
   """VirtualHome scene 1 through the evolving-graph simulator; pure Python, no engine process."""
 
   splits = SPLITS
@@ -260,19 +260,7 @@ class VirtualHomeTextEnv(TextEnv):
       tasks = tuple(t for t in tasks if t.category in self._categories)
     return tasks
 
-  def num_tasks(self, split: str) -> int:
-    return len(self._tasks(split))
-
-  def task(self, split: str, index: int) -> Task:
-    tasks = self._tasks(split)
-    if not isinstance(index, int) or not 0 <= index < len(tasks):
-      raise IndexError(f"index {index!r} out of range for split {split!r} with {len(tasks)} tasks")
-    return tasks[index]
-
   # ---- episode ------------------------------------------------------------------------------
-
-  def reset(self, split: str, index: int) -> StepResult:
-    return self.reset_task(self.task(split, index))
 
   def reset_task(self, task: Task) -> StepResult:
     """Starts `task` (any of `all_tasks()`, the EXCLUDED one too)."""
