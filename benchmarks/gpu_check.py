@@ -221,9 +221,10 @@ def env_corpus(env_kwargs: dict, num_tasks: int) -> list[str]:
                                       "assistant"]
 
 
-def build_policy_dir(path: str, size: str, vocab: int, corpus: list[str]) -> None:
-  """A random HF Qwen2 checkpoint of `size` with a byte-level BPE of `vocab` entries
-  fitted to `corpus` (tokenizer.json, tokenizer_config.json with a chat template)."""
+def build_policy_dir(path: str, size: str, vocab: int, corpus: list[str]) -> int:
+  """A random HF Qwen2 checkpoint of `size` with a byte-level BPE of at most `vocab`
+  entries fitted to `corpus` (tokenizer.json, tokenizer_config.json with a chat
+  template); returns the tokenizer's size (a few hundred: the corpus is small)."""
   import sampler as sampler_bench
   from csa_jax.tokenizer import Tokenizer, train_bpe
   sampler_bench.build_hf_dir(path, size, "qwen2", "float32", seed=2)
@@ -232,51 +233,70 @@ def build_policy_dir(path: str, size: str, vocab: int, corpus: list[str]) -> Non
   with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
     json.dump({"eos_token": "<eos>", "pad_token": "<pad>", "chat_template": CHAT_TEMPLATE,
                "tokenizer_class": "PreTrainedTokenizerFast"}, f)
-  Tokenizer.from_hf_dir(path)  # loads as the trainer will
+  return Tokenizer.from_hf_dir(path).vocab_size  # loads as the trainer will
+
+
+def _launch(plan: Plan, tmp: str) -> tuple[list[dict], float]:
+  """Builds the policy directory in `tmp` and runs launch.py there: (metrics, seconds)."""
+  import launch
+  from csa_jax.metrics import read_jsonl
+  kwargs = {k.split(".")[-1]: int(v) for k, v in
+            (o.split("=") for o in plan.overrides if o.startswith("env.kwargs."))}
+  t0 = time.perf_counter()
+  corpus = env_corpus(dict(source="generated", **kwargs), kwargs["num_train"])
+  policy_dir = os.path.join(tmp, "policy")
+  n_tok = build_policy_dir(policy_dir, plan.size, plan.tokenizer_vocab, corpus)
+  log(f"iterations: random {plan.size} checkpoint and a {n_tok}-entry BPE "
+      f"in {policy_dir} ({time.perf_counter() - t0:.1f} s)")
+  work = os.path.join(tmp, "run")
+  args = ["--exp", "alfworld_csa", "--workdir", work, "--set", f"model_path={policy_dir}"]
+  for o in plan.overrides:
+    args += ["--set", o]
+  log("$ python launch.py " + " ".join(args))
+  t0 = time.perf_counter()
+  try:
+    rc = launch.main(args)
+  except SystemExit as e:  # launch.py's one-line refusals
+    rc = e.code
+  wall = time.perf_counter() - t0
+  if rc != 0:
+    raise RuntimeError(f"launch.py exited with {rc}")
+  return read_jsonl(os.path.join(work, "metrics.jsonl")), wall
 
 
 def iterations(plan: Plan) -> dict:
   """`launch.py --exp alfworld_csa` on a random checkpoint: its per-iteration perf/."""
-  import launch
-  from csa_jax.metrics import read_jsonl
-
-  with tempfile.TemporaryDirectory() as tmp:
-    os.environ["CSA_JAX_CACHE"] = os.path.join(tmp, "cache")  # games and demos, fresh
-    kwargs = {k.split(".")[-1]: int(v) for k, v in
-              (o.split("=") for o in plan.overrides if o.startswith("env.kwargs."))}
-    t0 = time.perf_counter()
-    corpus = env_corpus(dict(source="generated", **kwargs), kwargs["num_train"])
-    policy_dir = os.path.join(tmp, "policy")
-    build_policy_dir(policy_dir, plan.size, plan.tokenizer_vocab, corpus)
-    log(f"iterations: random {plan.size} checkpoint and a {plan.tokenizer_vocab}-entry BPE "
-        f"in {policy_dir} ({time.perf_counter() - t0:.1f} s)")
-    work = os.path.join(tmp, "run")
-    args = ["--exp", "alfworld_csa", "--workdir", work, "--set", f"model_path={policy_dir}"]
-    for o in plan.overrides:
-      args += ["--set", o]
-    log("$ python launch.py " + " ".join(args))
-    t0 = time.perf_counter()
-    try:
-      rc = launch.main(args)
-    except SystemExit as e:  # launch.py's one-line refusals
-      rc = e.code
-    wall = time.perf_counter() - t0
-    if rc != 0:
-      raise RuntimeError(f"launch.py exited with {rc}")
-    recs = read_jsonl(os.path.join(work, "metrics.jsonl"))
+  cache = os.environ.get("CSA_JAX_CACHE")
+  try:
+    with tempfile.TemporaryDirectory() as tmp:
+      os.environ["CSA_JAX_CACHE"] = os.path.join(tmp, "cache")  # games and demos, fresh
+      recs, wall = _launch(plan, tmp)
+  finally:
+    if cache is None:
+      os.environ.pop("CSA_JAX_CACHE", None)
+    else:
+      os.environ["CSA_JAX_CACHE"] = cache
   rl = [r for r in recs if "rollout/success" in r]
   for r in rl:
     perf = {k[5:]: v for k, v in r.items() if k.startswith("perf/")}
     log(f"iteration {r['step']}: " + ", ".join(
         f"{k} {v:.3g}" for k, v in sorted(perf.items())))
-  steps = rl[-1]["perf/env_steps_total"] if rl else 0.0
-  rl_s = sum(r.get("perf/rollout_s", 0.0) + r.get("perf/adv_s", 0.0)
-             + r.get("perf/update_s", 0.0) for r in rl)
+  # Steady state: from the second iteration on when there is one (the first compiles the
+  # rollout sampler and the RL step). The loop's three phases; finer perf/ keys split them.
+  first = 1 if len(rl) > 1 else 0
+  before = rl[first - 1]["perf/env_steps_total"] if first else 0.0
+  steps = (rl[-1]["perf/env_steps_total"] - before) if rl else 0.0
+  phase_s = {k: sum(r.get(f"perf/{k}_s", 0.0) for r in rl[first:])
+             for k in ("rollout", "adv", "update")}
+  rl_s = sum(phase_s.values())
   res = dict(iterations=len(rl), env_steps=steps, rl_s=rl_s, launch_s=wall,
-             env_steps_per_s=steps / rl_s if rl_s else 0.0)
-  log(f"iterations: {len(rl)} RL iterations, {steps:.0f} environment steps in {rl_s:.1f} s "
-      f"of rollout + advantages + update = {res['env_steps_per_s']:.2f} env steps/s; "
-      f"launch.py took {wall:.1f} s in all (SFT, evaluations and compiles included)")
+             env_steps_per_s=steps / rl_s if rl_s else 0.0,
+             shares={k: v / rl_s if rl_s else 0.0 for k, v in phase_s.items()})
+  log(f"iterations {first + 1}-{len(rl)}: {steps:.0f} environment steps in {rl_s:.1f} s of "
+      f"rollout + advantages + update = {res['env_steps_per_s']:.2f} env steps/s ("
+      + ", ".join(f"{k} {v:.0%}" for k, v in res["shares"].items())
+      + f"){'' if first else ', compiles included'}; launch.py took {wall:.1f} s in all "
+      "(SFT, evaluations, checkpoints and compiles included)")
   return res
 
 
@@ -354,7 +374,8 @@ def main(argv=None) -> int:
   if "iterations" in parts:
     it = timed("iterations", lambda: iterations(plan))
     lines.append(f"alfworld_csa iterations: {it['iterations']}, "
-                 f"{it['env_steps_per_s']:.2f} env steps/s of RL time")
+                 f"{it['env_steps_per_s']:.2f} env steps/s of RL time ("
+                 + ", ".join(f"{k} {v:.0%}" for k, v in it["shares"].items()) + ")")
   log("summary (" + ", ".join(f"{k} {v:.0f} s" for k, v in wall.items()) + "):")
   for line in lines:
     print("  " + line, flush=True)

@@ -59,4 +59,10 @@ for f in "$out"/*.whl; do
 done
 
 n="$(ls "$out"/*.whl | wc -l)"
-echo "$n wheels in $out: $(du -sh "$out" | cut -f1) ($(du -sb "$out" | cut -f1) bytes)"
+wheels="$(du -sb "$out" | cut -f1)"
+echo "$n wheels in $out: $(du -sh "$out" | cut -f1) ($wheels bytes)"
+# What the device tool sends: tracked and untracked-not-ignored files, plus the carry.
+tree="$(cd "$root" && git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)"
+total=$((tree + wheels))
+echo "working tree $tree bytes + .whl = $((total / 1048576)) MiB of the tool's 64 MiB"
+[ "$total" -le $((64 * 1048576)) ] || { echo "too large to travel" >&2; exit 1; }
