@@ -7,7 +7,7 @@ tensorboardX, alfworld, textworld, fast-downward-textworld built here, and their
 needs; 29 MB, so the working tree plus `.whl` stays under the tool's 64 MiB). Then the
 device tool's `run` (kind nvidia-h200), with carry [".whl"] and timeout_s 600:
 
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; set -o pipefail; PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --full 2>&1 | tee $OUT/gpu_check.log
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; set -o pipefail; PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --full --json $OUT/gpu_check.json 2>&1 | tee $OUT/gpu_check.log
 
 Expected duration: 5 to 8 minutes on one H200 (not yet measured there: no GPU was lent
 while it was written). Each part prints its wall time as it ends and the log in $OUT
@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -310,6 +311,7 @@ def main(argv=None) -> int:
   mode.add_argument("--tiny", action="store_true", help="CPU smoke run at the tiny size")
   ap.add_argument("--parts", default=",".join(PARTS),
                   help=f"comma-separated subset of {','.join(PARTS)}")
+  ap.add_argument("--json", default=None, help="also write every part's numbers here")
   ap.add_argument("--pytest", action="store_true",
                   help="--full: also run the small parity tests through pytest on the GPU "
                        "(about a minute more)")
@@ -336,49 +338,68 @@ def main(argv=None) -> int:
   import sampler as sampler_bench
   import train_step as train_bench
 
-  lines, ok, wall = [], True, {}
+  def parity():
+    pyt = run_pytests() if a.full and a.pytest else "not run"
+    q = parity_at_scale(plan.size, "qwen2", device, plan.parity_new_tokens)
+    l = parity_at_scale(plan.llama_size, "llama", device, 32)
+    ok = q["ok"] and l["ok"] and not pyt.startswith("FAILED")
+    return ok, dict(pytest=pyt, qwen2=q, llama=l), (
+        f"pytest {pyt}; parity qwen2 {'OK' if q['ok'] else 'CHECK'}, llama "
+        f"{'OK' if l['ok'] else 'CHECK'} (bf16 {plan.size} rel err "
+        f"{q['bf16_rel_err']:.2e}, top-1 agree {q['bf16_top1_agree']:.1%})")
 
-  def timed(name, fn):
+  def sampler():
+    s = sampler_bench.run(**plan.sampler, size=plan.size, dtype=plan.dtype, device=device)
+    return True, s, (f"sampler {plan.size} {plan.dtype}: {s['ours_tok_s']:.0f} vs "
+                     f"{s['hf_tok_s']:.0f} tok/s = {s['speedup']:.2f}x transformers' "
+                     f"generate, greedy tokens equal {s['agree']:.1%}")
+
+  def mfu(size, B, L):
+    t = train_bench.run(B=B, L=L, size=size, dtype=plan.dtype, remat=a.full,
+                        reps=plan.mfu_reps, peak_n=plan.peak_n)
+    return True, t, (f"update {size} {plan.dtype} B={B} L={L}: {t['tok_s']:.0f} tok/s, "
+                     f"{t['achieved'] / 1e12:.2f} TFLOP/s = {t['mfu']:.1%} of matmul peak "
+                     f"({t['peak'] / 1e12:.1f} TFLOP/s)")
+
+  def iters():
+    it = iterations(plan)
+    return True, it, (f"alfworld_csa iterations: {it['iterations']}, "
+                      f"{it['env_steps_per_s']:.2f} env steps/s of RL time ("
+                      + ", ".join(f"{k} {v:.0%}" for k, v in it["shares"].items()) + ")")
+
+  jobs = []
+  if "parity" in parts:
+    jobs.append(("parity", parity))
+  if "sampler" in parts:
+    jobs.append(("sampler", sampler))
+  if "mfu" in parts:
+    jobs += [(f"mfu {size}", lambda s=size, b=B, l=L: mfu(s, b, l))
+             for size, B, L in plan.mfu]
+  if "iterations" in parts:
+    jobs.append(("iterations", iters))
+
+  # A part that fails is reported and the next one runs: a lease is too short to lose
+  # the rest of the check to one error.
+  lines, ok, results = [], True, {}
+  for name, fn in jobs:
     t0 = time.perf_counter()
     try:
-      return fn()
-    finally:
-      wall[name] = time.perf_counter() - t0
-      log(f"part {name}: {wall[name]:.1f} s")
-
-  if "parity" in parts:
-    def parity():
-      pyt = run_pytests() if a.full and a.pytest else "not run"
-      q = parity_at_scale(plan.size, "qwen2", device, plan.parity_new_tokens)
-      l = parity_at_scale(plan.llama_size, "llama", device, 32)
-      return pyt, q, l
-    pyt, q, l = timed("parity", parity)
-    ok &= q["ok"] and l["ok"] and not pyt.startswith("FAILED")
-    lines.append(f"pytest {pyt}; parity qwen2 {'OK' if q['ok'] else 'CHECK'}, llama "
-                 f"{'OK' if l['ok'] else 'CHECK'} (bf16 {plan.size} rel err "
-                 f"{q['bf16_rel_err']:.2e}, top-1 agree {q['bf16_top1_agree']:.1%})")
-  if "sampler" in parts:
-    s = timed("sampler", lambda: sampler_bench.run(
-        **plan.sampler, size=plan.size, dtype=plan.dtype, device=device))
-    lines.append(f"sampler {plan.size} {plan.dtype}: {s['ours_tok_s']:.0f} vs "
-                 f"{s['hf_tok_s']:.0f} tok/s = {s['speedup']:.2f}x transformers' generate, "
-                 f"greedy tokens equal {s['agree']:.1%}")
-  if "mfu" in parts:
-    for size, B, L in plan.mfu:
-      t = timed(f"mfu {size}", lambda: train_bench.run(
-          B=B, L=L, size=size, dtype=plan.dtype, remat=a.full, reps=plan.mfu_reps,
-          peak_n=plan.peak_n))
-      lines.append(f"update {size} {plan.dtype} B={B} L={L}: {t['tok_s']:.0f} tok/s, "
-                   f"{t['achieved'] / 1e12:.2f} TFLOP/s = {t['mfu']:.1%} of matmul peak "
-                   f"({t['peak'] / 1e12:.1f} TFLOP/s)")
-  if "iterations" in parts:
-    it = timed("iterations", lambda: iterations(plan))
-    lines.append(f"alfworld_csa iterations: {it['iterations']}, "
-                 f"{it['env_steps_per_s']:.2f} env steps/s of RL time ("
-                 + ", ".join(f"{k} {v:.0%}" for k, v in it["shares"].items()) + ")")
-  log("summary (" + ", ".join(f"{k} {v:.0f} s" for k, v in wall.items()) + "):")
+      part_ok, res, line = fn()
+    except Exception as e:  # pylint: disable=broad-except
+      traceback.print_exc()
+      part_ok, res, line = False, {"error": repr(e)}, f"{name} FAILED: {e!r}"[:300]
+    res = dict(res, wall_s=time.perf_counter() - t0)
+    log(f"part {name}: {res['wall_s']:.1f} s")
+    ok &= part_ok
+    lines.append(line)
+    results[name] = res
+  log("summary (" + ", ".join(f"{k} {v['wall_s']:.0f} s" for k, v in results.items())
+      + "):")
   for line in lines:
     print("  " + line, flush=True)
+  if a.json:
+    with open(a.json, "w") as f:
+      json.dump(results, f, indent=1, default=str)
   return 0 if ok else 1
 
 
