@@ -78,7 +78,6 @@ class Plan:
   mfu: tuple  # (size, B, L) per train_step measurement
   mfu_reps: int
   peak_n: int | None
-  tokenizer_vocab: int
   overrides: tuple  # launch.py --set overrides of the iterations part
 
 
@@ -91,7 +90,6 @@ FULL = Plan(size="0.5b", llama_size="small", device="cuda", dtype="bfloat16",
             parity_new_tokens=32,
             sampler=dict(B=32, P=128, N=128, reps=3),
             mfu=(("0.5b", 8, 1024), ("1.5b", 8, 1024)), mfu_reps=5, peak_n=None,
-            tokenizer_vocab=8192,
             overrides=ITER_COMMON + (
                 "env.num_train_tasks=4", "env.kwargs.num_train=4", "sft.num_demos=4",
                 "rollout.max_turns=6", "rollout.group_size=4", "rollout.num_envs=8",
@@ -102,7 +100,6 @@ TINY = Plan(size="tiny", llama_size="tiny", device="cpu", dtype="float32",
             parity_new_tokens=16,
             sampler=dict(B=4, P=16, N=16, reps=1),
             mfu=(("tiny", 2, 64),), mfu_reps=2, peak_n=256,
-            tokenizer_vocab=1024,
             overrides=ITER_COMMON + (
                 "env.num_train_tasks=2", "env.kwargs.num_train=2", "sft.num_demos=2",
                 "rollout.max_turns=2", "rollout.group_size=2", "rollout.num_envs=4",
@@ -222,10 +219,11 @@ def env_corpus(env_kwargs: dict, num_tasks: int) -> list[str]:
                                       "assistant"]
 
 
-def build_policy_dir(path: str, size: str, vocab: int, corpus: list[str]) -> int:
+def build_policy_dir(path: str, size: str, corpus: list[str], vocab: int = 1024) -> int:
   """A random HF Qwen2 checkpoint of `size` with a byte-level BPE of at most `vocab`
-  entries fitted to `corpus` (tokenizer.json, tokenizer_config.json with a chat
-  template); returns the tokenizer's size (a few hundred: the corpus is small)."""
+  entries (the tiny model's vocabulary) fitted to `corpus` (tokenizer.json,
+  tokenizer_config.json with a chat template); returns the tokenizer's size (a few
+  hundred: the corpus is small)."""
   import sampler as sampler_bench
   from csa_jax.tokenizer import Tokenizer, train_bpe
   sampler_bench.build_hf_dir(path, size, "qwen2", "float32", seed=2)
@@ -246,7 +244,7 @@ def _launch(plan: Plan, tmp: str) -> tuple[list[dict], float]:
   t0 = time.perf_counter()
   corpus = env_corpus(dict(source="generated", **kwargs), kwargs["num_train"])
   policy_dir = os.path.join(tmp, "policy")
-  n_tok = build_policy_dir(policy_dir, plan.size, plan.tokenizer_vocab, corpus)
+  n_tok = build_policy_dir(policy_dir, plan.size, corpus)
   log(f"iterations: random {plan.size} checkpoint and a {n_tok}-entry BPE "
       f"in {policy_dir} ({time.perf_counter() - t0:.1f} s)")
   work = os.path.join(tmp, "run")
