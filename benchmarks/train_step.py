@@ -7,7 +7,8 @@ excluded). In the same run it measures the machine's matmul peak with a large
 jitted `jnp.dot` in the compute dtype, and prints the step's achieved FLOP/s as
 a fraction of it (model FLOPs utilisation, MFU).
 
-Step FLOPs, analytic (as in the PaLM / MaxText MFU accounting): 3 x forward,
+Step FLOPs, analytic (as in the PaLM / MaxText MFU accounting): 3 x forward (4 x with
+the KL reference's forward, AlgoConfig's default kl_coef > 0),
 forward = 2 x tokens x (matmul parameters, LM head included, embedding gather
 excluded) + 4 x B x L^2 x H x Dh x layers (scores and weighted values over the
 full L x L, as our attention computes them). XLA's own count of the compiled
@@ -57,15 +58,16 @@ def model_config(size: str, dtype: str, remat: bool) -> ModelConfig:
                      param_dtype="float32", dtype=dtype)
 
 
-def step_flops(cfg: ModelConfig, B: int, L: int, A: int) -> float:
+def step_flops(cfg: ModelConfig, B: int, L: int, A: int, ref_forward: bool = False) -> float:
   """Forward + backward FLOPs: the layers over all L positions, the vocabulary
-  projection only at the A action positions (as the update computes it)."""
+  projection only at the A action positions (as the update computes it); plus one more
+  forward with `ref_forward` (the KL reference's log-probs, algo.kl_coef > 0)."""
   d, f, h, k, dh = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
                     cfg.num_kv_heads, cfg.head_dim)
   per_layer = d * (h + 2 * k) * dh + h * dh * d + 3 * d * f
   fwd = (2 * B * L * cfg.num_layers * per_layer + 2 * B * A * d * cfg.vocab_size
          + 4 * B * L * L * h * dh * cfg.num_layers)
-  return 3.0 * fwd
+  return (4.0 if ref_forward else 3.0) * fwd
 
 
 def matmul_peak(dtype: str, n: int, reps: int = 5) -> float:
@@ -108,21 +110,24 @@ def run(B: int = 8, L: int = 256, size: str = "tiny", dtype: str = "float32",
   step = (make_rl_step(graphdef, tx, AlgoConfig(), SamplingConfig(max_new_tokens=L // 2))
           if kind == "rl" else make_sft_step(graphdef, tx))
   batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, B, L).items()}
+  # The KL term (AlgoConfig's default kl_coef > 0) reads a reference policy's log-probs:
+  # a copy of the initial parameters, as the trainer's is the SFT policy.
+  ref = (jax.tree.map(jnp.copy, params),) if kind == "rl" and AlgoConfig().kl_coef else ()
 
   xla_flops = None
   try:
-    cost = step.lower(state, batch).compile().cost_analysis()
+    cost = step.lower(state, batch, *ref).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     xla_flops = float(cost.get("flops", 0.0)) or None
   except Exception:  # cost analysis is optional per backend
     pass
 
-  state, metrics = step(state, batch)  # warm-up (compile)
+  state, metrics = step(state, batch, *ref)  # warm-up (compile)
   jax.block_until_ready(metrics)
   times = []
   for _ in range(reps):
     t0 = time.perf_counter()
-    state, metrics = step(state, batch)
+    state, metrics = step(state, batch, *ref)
     jax.block_until_ready((state.params, metrics))
     times.append(time.perf_counter() - t0)
   t = statistics.median(times)
@@ -132,14 +137,15 @@ def run(B: int = 8, L: int = 256, size: str = "tiny", dtype: str = "float32",
   on_cpu = jax.default_backend() == "cpu"
   n = peak_n or (1024 if on_cpu else 8192)
   peak = matmul_peak(dtype, n)
-  flops = step_flops(cfg, B, L, L // 2)
+  flops = step_flops(cfg, B, L, L // 2, ref_forward=bool(ref))
   n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
-  res = dict(size=size, dtype=dtype, B=B, L=L, kind=kind, step_s=t,
+  res = dict(size=size, dtype=dtype, B=B, L=L, kind=kind, kl_ref=bool(ref), step_s=t,
              tok_s=B * L / t, flops=flops, xla_flops=xla_flops,
              achieved=flops / t, peak=peak, mfu=flops / t / peak,
              params=n_params, backend=jax.default_backend())
   xla = (f"; XLA counts {xla_flops / 1e9:.2f} GFLOP" if xla_flops else "")
-  print(f"train_step ({kind})  {size} ({n_params / 1e6:.1f}M params) {dtype}"
+  print(f"train_step ({kind}{', KL reference' if ref else ''})  {size} "
+        f"({n_params / 1e6:.1f}M params) {dtype}"
         f"{' remat' if remat else ''}  B={B} L={L} on "
         f"{jax.devices()[0].device_kind}\n"
         f"  step {t * 1e3:9.1f} ms median   {B * L / t:10.0f} tokens/s\n"
