@@ -152,6 +152,20 @@ def agree_stop(requested: int | None) -> int | None:
   return got or None
 
 
+def count_env_steps(local: int) -> int:
+  """Environment steps played by all processes together."""
+  return int(reduce_sum(np.asarray(local, np.int64)))
+
+
+def env_steps_by_process(local: int) -> dict[str, float]:
+  """With several processes, each one's environment steps this iteration (how evenly the
+  hosts were loaded); nothing with one."""
+  if not multi():
+    return {}
+  every = gather_concat(np.asarray([local], np.int64))
+  return {f"rollout/env_steps_process{i}": float(n) for i, n in enumerate(every)}
+
+
 def episode_metrics(trajs, prefix: str) -> dict[str, float]:
   """metrics.episode_metrics over every process's episodes (their sums, then the rates)."""
   sums = metrics_lib.episode_sums(trajs)

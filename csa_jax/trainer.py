@@ -415,15 +415,16 @@ class Trainer:
     c = self.cfg
     t0 = time.perf_counter()
     trajs, arrays, played = self._collect(pool, policy)
-    self.env_steps += int(dist.reduce_sum(played))
+    self.env_steps += dist.count_env_steps(played)
     m = {"perf/env_steps_total": self.env_steps, "perf/rollout_s": time.perf_counter() - t0}
+    m |= dist.env_steps_by_process(played)
     if not trajs:
       return state, m | {"perf/update_skipped": 1.0}
     m |= dist.episode_metrics(trajs, "rollout")
     t1 = time.perf_counter()
     prep = self.algo.prepare(self.ctx, it, trajs, arrays, state.params, self.aux)
     self.aux = prep.aux
-    self.env_steps += int(dist.reduce_sum(prep.env_steps))
+    self.env_steps += dist.count_env_steps(prep.env_steps)
     if dist.multi():  # the update is a collective: it runs unless every process skips
       prep = dataclasses.replace(prep, skip=dist.all_true(prep.skip))
     # perf/adv_s: the whole prepare (advantages and any auxiliary model work, of which
@@ -652,13 +653,14 @@ class Trainer:
         ref_params=ref_params)
 
   def _restore(self, state) -> tuple[Any, dict]:
-    tree, meta = self.ckpt.restore(algorithms.pack_state(state, self.aux))
-    wrote = int(meta.get("processes", 1))
+    # Before any array is read: a checkpoint of another process count is not damage.
+    wrote = int(self.ckpt.read_meta().get("processes", 1))
     if wrote != dist.process_count():
       raise CheckpointError(
           f"--resume: the checkpoint in {self.ckpt.directory} was written by {wrote} "
           f"process(es) and this run has {dist.process_count()}; resume with {wrote} (each "
           "process plays its own share of the task groups with its own sampler stream)")
+    tree, meta = self.ckpt.restore(algorithms.pack_state(state, self.aux))
     state, self.aux = algorithms.unpack_state(tree, self.aux)
     self.env_steps = int(meta["env_steps"])
     self.np_rng.bit_generator.state = meta["np_rng"]
