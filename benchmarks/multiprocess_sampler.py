@@ -10,8 +10,8 @@ The quickstart's decoder, its parameters laid out for training on the global 4x2
 Each process has `--envs` prompts (one wave of its environment pool). Timed, after one
 warm-up (compilation excluded), medians over --reps:
 - lockstep: one sampler call over the global mesh with every process's prompts (the
-  global batch), each process then reading back its own rows (what the trainer did
-  before, with one process);
+  global batch), each process then reading back its own rows, with the parameters in
+  the training layout (what one process does) and in the sampling layout;
 - local: one sampler call on this process's rows of the mesh (csa_jax/distributed.py,
   SamplerMesh) with its own prompts, plus, once per parameter update, the regather of
   the parameters into that layout (`update`).
@@ -60,9 +60,13 @@ def main() -> None:
   bucket = cfg.rollout.max_prompt_tokens
   key = jax.random.key(0)
 
-  def lockstep():
+  # The parameters in the sampling layout (replicated over 'data') on the global mesh.
+  sample_params = jax.device_put(
+      params, mesh_lib.state_shardings(params, mesh, mesh_lib.SAMPLE_RULES))
+
+  def lockstep(p=params):
     tokens, mask = left_pad(prompts, 0, bucket=bucket)
-    out = sample(nnx.merge(graphdef, params), tokens, mask, rng=key, cfg=scfg, pad_id=0,
+    out = sample(nnx.merge(graphdef, p), tokens, mask, rng=key, cfg=scfg, pad_id=0,
                  mesh=mesh)
     # Each process reads back its own rows only.
     return [np.asarray(s.data) for s in out.tokens_BxN.addressable_shards]
@@ -83,11 +87,13 @@ def main() -> None:
   t_update = median_seconds(regather, a.reps, warmup=1)
   t_local = median_seconds(local, a.reps, warmup=1)
   t_lock = median_seconds(lockstep, a.reps, warmup=1)
+  t_lock_s = median_seconds(lambda: lockstep(sample_params), a.reps, warmup=1)
   print(f"process {dist.process_index()}/{dist.process_count()}, mesh {a.mesh}, "
         f"{a.envs} prompts per process, {scfg.max_new_tokens} new tokens: "
-        f"lockstep {t_lock * 1e3:.1f} ms/call, local {t_local * 1e3:.1f} ms/call "
-        f"(lockstep / local = {t_lock / t_local:.2f}), parameter regather "
-        f"{t_update * 1e3:.1f} ms per update", flush=True)
+        f"local {t_local * 1e3:.1f} ms/call; lockstep, training layout "
+        f"{t_lock * 1e3:.1f} ms/call ({t_lock / t_local:.2f} x local); lockstep, sampling "
+        f"layout {t_lock_s * 1e3:.1f} ms/call ({t_lock_s / t_local:.2f} x local); "
+        f"parameter regather {t_update * 1e3:.1f} ms per update", flush=True)
 
 
 if __name__ == "__main__":

@@ -649,8 +649,8 @@ class Trainer:
         batches=lambda rows, bs, *, seed, epochs: self._batches(
             *dist.local_rows(rows, bs, self.mesh, data_lib.empty_row(self.tok.pad_id)),
             seed=seed, epochs=epochs),
-        to_device=lambda batch: dist.to_device(batch, self.mesh), pad_id=self.tok.pad_id, play=play, workdir=self.workdir,
-        ref_params=ref_params)
+        to_device=lambda batch: dist.to_device(batch, self.mesh), pad_id=self.tok.pad_id,
+        play=play, workdir=self.workdir, ref_params=ref_params)
 
   def _restore(self, state) -> tuple[Any, dict]:
     # Before any array is read: a checkpoint of another process count is not damage.
