@@ -245,7 +245,10 @@ class Trainer:
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = mesh_lib.make_mesh(c.mesh)
     check_processes(c)
-    self.sampler_mesh = dist.SamplerMesh(self.mesh)
+    try:
+      self.sampler_mesh = dist.SamplerMesh(self.mesh)
+    except ValueError as e:  # a 'model' axis across hosts
+      raise SetupError(str(e)) from None
     self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"))
     self.sft_ckpt = Checkpointer(os.path.join(self.workdir, "sft"), max_to_keep=1)
     if self.resume and self.ckpt.latest_step() is None:

@@ -75,6 +75,27 @@ def test_distributed_primitives_across_two_processes():
   assert a["stop"] == b["stop"] == 15  # one process's signal stops both
 
 
+@pytest.mark.parametrize("sets, needle", [
+    (["--mesh", "1x8"], "the 'model' axis spans several hosts"),
+    (["--mesh", "4x2", "--set", "algo.method=istar"],
+     "algo.method istar runs on one process only"),
+], ids=["model-axis-across-hosts", "aux-method"])
+def test_what_two_processes_cannot_run_is_refused_in_one_line(tmp_path, sets, needle):
+  work = tmp_path / "w"
+  out = subprocess.run(
+      [sys.executable, "-m", "csa_jax.multiprocess_local", "--processes", "2", "--devices",
+       "4", "--", "--workdir", str(work), "--set", "sft.num_demos=4",
+       "--set", "env.kwargs.step_limit=4", "--set", "rollout.num_envs=2", *sets],
+      cwd=ROOT, capture_output=True, text=True, timeout=300,
+      env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+  assert out.returncode == 2, out.stderr[-3000:]
+  assert "Traceback" not in out.stderr
+  for rank in (0, 1):
+    lines = [l for l in out.stderr.splitlines() if l.startswith(f"[{rank}] launch.py: error: ")]
+    assert len(lines) == 1 and needle in lines[0], out.stderr[-3000:]
+  assert not work.exists()
+
+
 class Runs:
   def __init__(self, root):
     self.root = root
