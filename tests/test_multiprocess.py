@@ -180,19 +180,28 @@ def test_two_processes_sft_rl_eval_checkpoint(runs):
 
 def test_one_process_8_devices_gives_the_same_held_out_success(runs):
   """The same run on one process (its own code path: one sampler over the whole mesh, one
-  evaluation of all 4 episodes) and on 2 x 4."""
+  evaluation of all 4 episodes) and on 2 x 4. SFT sees the same batches in both, so its
+  held-out evaluation must agree metric for metric. The RL iterations cannot repeat each
+  other (each process samples its own waves with its own key stream: other episodes, other
+  updates), so after RL only the task set is common; both results are printed."""
   out = runs.run(runs.one(runs.one_dir), devices=8)
   assert out.returncode == 0, out.stderr[-4000:]
   one, two = _metrics(runs.one_dir), _metrics(runs.two_dir)
   evals = lambda recs: [{k: v for k, v in r.items() if k.startswith("eval/")}
                         for r in recs if "eval/success" in r]
-  assert evals(one) == evals(two)  # SFT's and SFT + RL's, every eval/ metric
-  # SFT saw the same batches in both: its parameters agree to float32 rounding (the
-  # reductions across two processes add in another order).
-  sft_one, _ = _state(runs.one_dir, "sft")
-  sft_two, _ = _state(runs.two_dir, "sft")
-  for a, b in zip(jax.tree.leaves(sft_one), jax.tree.leaves(sft_two), strict=True):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+  (sft_one, rl_one), (sft_two, rl_two) = evals(one), evals(two)
+  assert sft_one == sft_two  # every eval/ metric of the SFT policy
+  assert rl_one["eval/episodes"] == rl_two["eval/episodes"] == 4
+  print(f"held-out success after RL: {rl_one['eval/success']} on 1 process, "
+        f"{rl_two['eval/success']} on 2")
+  # The SFT parameters agree to float32 rounding (two processes add the data-parallel
+  # gradients in another order): relative L2 distance 1.3e-6 and 1.5e-6 in two runs.
+  (a, _), (b, _) = _state(runs.one_dir, "sft"), _state(runs.two_dir, "sft")
+  la = [np.asarray(x, np.float64) for x in jax.tree.leaves(a)]
+  lb = [np.asarray(x, np.float64) for x in jax.tree.leaves(b)]
+  assert len(la) == len(lb) > 0
+  dist = np.sqrt(sum(((x - y) ** 2).sum() for x, y in zip(la, lb)))
+  assert dist / np.sqrt(sum((x ** 2).sum() for x in la)) < 1e-5
 
 
 def test_both_processes_killed_after_a_checkpoint_resume_bitwise(runs):
