@@ -94,14 +94,28 @@ class Checkpointer:
     return out["state"], dict(out["meta"])
 
   def read(self, step: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """The saved tree as it was written (no template: host arrays) and its meta; for
-    inspection and tests, where the model that wrote it need not be built."""
+    """The saved tree as it was written and its meta, every array on this process's first
+    device (whatever mesh and process count wrote it); for inspection and tests, where
+    the model that wrote it need not be built."""
     step = self.latest_step() if step is None else step
     if step is None:
       raise CheckpointError(f"no checkpoint in {self.directory}")
+    saved = ocp.StandardCheckpointer().metadata(
+        os.path.join(self.directory, str(step), "state")).item_metadata
+    here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here),
+                            saved)
     out = self._mgr.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     return out["state"], dict(out["meta"])
+
+  def read_meta(self, step: int | None = None) -> dict[str, Any]:
+    """The meta record alone (the newest step's by default), arrays left on disk."""
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise CheckpointError(f"no checkpoint in {self.directory}")
+    out = self._mgr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    return dict(out["meta"] or {})
 
   def wait(self) -> None:
     self._mgr.wait_until_finished()

@@ -79,7 +79,7 @@ def row_arrays(row: Row, seq_len: int, action_len: int) -> dict[str, np.ndarray]
   return out
 
 
-def _empty_row(pad_id: int) -> Row:
+def empty_row(pad_id: int) -> Row:
   # One real (pad) token so no attention row is empty; loss mask stays 0.
   return {"prompt_ids": [pad_id, pad_id], "action_ids": [], "old_logps": [], "advantage": 0.0}
 
@@ -90,7 +90,7 @@ def batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: i
   if not rows:
     raise ValueError("no training rows")
   rows = list(rows)
-  rows += [_empty_row(pad_id)] * (-len(rows) % batch_size)
+  rows += [empty_row(pad_id)] * (-len(rows) % batch_size)
   return (grain.MapDataset.source(rows)
           .shuffle(seed=seed)
           .repeat(epochs)

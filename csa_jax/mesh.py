@@ -168,6 +168,11 @@ def maybe_initialize_distributed() -> bool:
                          ("JAX_PROCESS_ID", "process_id")):
       if env.get(env_key):
         kwargs[arg] = int(env[env_key])
+  if (env.get("JAX_PLATFORMS", "").strip().lower() == "cpu"
+      and not env.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION")):
+    # CPU devices of several processes reduce over gloo (this jax's default; set for
+    # versions where it is not); it must be chosen before the CPU backend starts.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(**kwargs)
   return True
 

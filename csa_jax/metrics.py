@@ -20,20 +20,32 @@ from csa_jax.rollout import Trajectory
 
 
 def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
-  n = max(len(trajs), 1)
+  return episode_rates(episode_sums(trajs), prefix)
+
+
+def episode_sums(trajs: Sequence[Trajectory]) -> dict[str, int]:
+  """The integer counts the episode metrics are ratios of (summed across processes by
+  csa_jax/distributed.py before the ratios are taken)."""
   steps = [s for t in trajs for s in t.steps]
+  return {"episodes": len(trajs), "won": sum(t.won for t in trajs),
+          "length": sum(t.length for t in trajs), "steps": len(steps),
+          "invalid": sum(not s.valid for s in steps),
+          "errors": sum(t.error is not None for t in trajs),
+          "dropped": sum(s.actions_dropped for s in steps)}
+
+
+def episode_rates(sums: dict[str, int], prefix: str) -> dict[str, float]:
+  n, steps = max(sums["episodes"], 1), sums["steps"]
   return {
-      f"{prefix}/success": sum(t.won for t in trajs) / n,
-      f"{prefix}/episode_len": sum(t.length for t in trajs) / n,
-      f"{prefix}/episodes": float(len(trajs)),
-      f"{prefix}/env_steps": float(len(steps)),
-      f"{prefix}/invalid_action_frac": (sum(not s.valid for s in steps) / len(steps)
-                                        if steps else 0.0),
-      f"{prefix}/errors": float(sum(t.error is not None for t in trajs)),
+      f"{prefix}/success": sums["won"] / n,
+      f"{prefix}/episode_len": sums["length"] / n,
+      f"{prefix}/episodes": float(sums["episodes"]),
+      f"{prefix}/env_steps": float(steps),
+      f"{prefix}/invalid_action_frac": sums["invalid"] / steps if steps else 0.0,
+      f"{prefix}/errors": float(sums["errors"]),
       # Admissible actions the prompt budget left out of the list, per step (see
       # rollout.build_prompt): non-zero means the policy did not see every action.
-      f"{prefix}/actions_dropped": (sum(s.actions_dropped for s in steps) / len(steps)
-                                    if steps else 0.0),
+      f"{prefix}/actions_dropped": sums["dropped"] / steps if steps else 0.0,
   }
 
 
@@ -98,6 +110,22 @@ class MetricsWriter:
     self._f.close()
     if self._tb is not None:
       self._tb.close()
+
+
+class NullWriter:
+  """What processes other than 0 write: nothing (csa_jax/distributed.py, is_writer)."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(workdir, "metrics.jsonl")
+
+  def write(self, step: int, metrics: dict[str, Any]) -> None:
+    del step, metrics
+
+  def drop_after(self, step: int) -> None:
+    del step
+
+  def close(self) -> None:
+    pass
 
 
 def read_jsonl(path: str, tolerate_partial_last: bool = False) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from csa_jax import advantages as adv_lib
 from csa_jax import algorithms
 from csa_jax import data as data_lib
+from csa_jax import distributed as dist
 from csa_jax import mesh as mesh_lib
 from csa_jax import metrics as metrics_lib
 from csa_jax import rollout as rollout_lib
@@ -128,13 +129,14 @@ class SamplerPolicy:
 
 def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
              fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> tuple[dict, list]:
-  """eval.num_episodes held-out tasks from eval.first_task on, one episode each."""
+  """eval.num_episodes held-out tasks from eval.first_task on, one episode each (split
+  across processes; the metrics are over all of them, the episodes this process's)."""
   n, first = cfg.eval.num_episodes, cfg.eval.first_task
-  tasks = [(cfg.env.eval_split, first + i) for i in range(n)]
-  with tqdm(total=n, desc=f"eval {label}", unit="ep", leave=False) as bar:
+  tasks = dist.share([(cfg.env.eval_split, first + i) for i in range(n)])
+  with tqdm(total=len(tasks), desc=f"eval {label}", unit="ep", leave=False) as bar:
     trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, cfg.rollout,
                                      np.random.default_rng(0), on_wave=bar.update, fmt=fmt)
-  return metrics_lib.episode_metrics(trajs, prefix), trajs
+  return dist.episode_metrics(trajs, prefix), trajs
 
 
 class SetupError(ConfigError):
@@ -166,6 +168,24 @@ def check_environment(cfg: ExperimentConfig) -> None:
                          f"{split!r}")
   finally:
     env.close()
+
+
+def check_processes(cfg: ExperimentConfig) -> None:
+  """Refuses, with several processes, what is not written for them yet: methods with an
+  auxiliary model or episodes of their own (their extra batches and exploration are not
+  split across processes), dynamic sampling (a process could end a round with no group
+  while others train), and fewer task groups than processes."""
+  p = dist.process_count()
+  if p == 1:
+    return
+  if cfg.algo.method != "estimator":
+    raise SetupError(f"algo.method {cfg.algo.method} runs on one process only; with {p} "
+                     "processes use an estimator method (algo.method=estimator)")
+  if cfg.algo.dynamic_sampling:
+    raise SetupError(f"algo.dynamic_sampling runs on one process only ({p} here)")
+  if cfg.rollout.tasks_per_iter < p:
+    raise SetupError(f"rollout.tasks_per_iter={cfg.rollout.tasks_per_iter} task groups "
+                     f"cannot be shared by {p} processes: at least one each")
 
 
 def _one_line(err: BaseException) -> str:
@@ -224,13 +244,20 @@ class Trainer:
     c = self.cfg
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = mesh_lib.make_mesh(c.mesh)
+    check_processes(c)
+    try:
+      self.sampler_mesh = dist.SamplerMesh(self.mesh)
+    except ValueError as e:  # a 'model' axis across hosts
+      raise SetupError(str(e)) from None
     self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"))
     self.sft_ckpt = Checkpointer(os.path.join(self.workdir, "sft"), max_to_keep=1)
     if self.resume and self.ckpt.latest_step() is None:
       raise CheckpointError(f"--resume: no checkpoint in {self.ckpt.directory}")
-    with open(os.path.join(self.workdir, "config.json"), "w") as f:
-      json.dump(to_dict(c), f, indent=2)
-    self.writer = metrics_lib.MetricsWriter(self.workdir)
+    if dist.is_writer():
+      with open(os.path.join(self.workdir, "config.json"), "w") as f:
+        json.dump(to_dict(c), f, indent=2)
+    self.writer = (metrics_lib.MetricsWriter(self.workdir) if dist.is_writer()
+                   else metrics_lib.NullWriter(self.workdir))
     self.np_rng = np.random.default_rng(c.seed)
     self.algo = algorithms.get(c.algo.method)
     self.aux: Any = {}  # the method's auxiliary state (models, optimizer states)
@@ -276,11 +303,16 @@ class Trainer:
     else:
       fmt = rollout_lib.PromptFormat(action_format=c.rollout.action_format)
       path = os.path.join(self.workdir, "tokenizer.json")
-      if os.path.exists(path):  # resuming: the ids must stay the ones trained on
-        tok = Tokenizer.load(path)
-      else:
+
+      def tokenizer():
+        if os.path.exists(path):  # resuming: the ids must stay the ones trained on
+          return Tokenizer.load(path)
         tok = train_bpe(demo_corpus(records, fmt), c.tokenizer.vocab_size)
         tok.save(self.workdir)
+        return tok
+
+      # Process 0 trains and saves it; the others read that file (the same ids everywhere).
+      tok = dist.first_then_rest(tokenizer, "tokenizer")
       if tok.vocab_size > c.model.vocab_size:
         raise ValueError(f"tokenizer has {tok.vocab_size} tokens, model.vocab_size is "
                          f"{c.model.vocab_size}")
@@ -328,8 +360,9 @@ class Trainer:
       for i, batch in enumerate(data_lib.iterate(ds)):
         state, metrics = step(state, self._to_device(batch))
         self.guard.observe(metrics, f"SFT batch {i + 1}")
-        if self.stop.requested:  # SFT is not checkpointed midway: abandon it
-          raise Interrupted(self.stop.requested, None, None)
+        requested = dist.agree_stop(self.stop.requested)
+        if requested:  # SFT is not checkpointed midway: abandon it
+          raise Interrupted(requested, None, None)
         bar.update()
         bar.set_postfix(nll=f"{float(metrics['nll']):.3f}")
     self.writer.write(0, {f"sft/{k}": float(v) for k, v in metrics.items()} |
@@ -346,13 +379,14 @@ class Trainer:
                             seed=seed, epochs=epochs)
 
   def _to_device(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-    sharding = mesh_lib.batch_sharding(self.mesh)
-    return {k: jax.device_put(v, sharding) for k, v in batch.items()}
+    """SFT's batches: the same whole batch in every process."""
+    return dist.to_device(batch, self.mesh, whole=True)
 
   def _sample_tasks(self) -> list[tuple[str, int]]:
     c = self.cfg
     idx = self.np_rng.choice(c.env.num_train_tasks, size=c.rollout.tasks_per_iter, replace=False)
-    return [(c.env.train_split, int(i)) for i in idx for _ in range(c.rollout.group_size)]
+    tasks = [(c.env.train_split, int(i)) for i in idx for _ in range(c.rollout.group_size)]
+    return dist.share(tasks, c.rollout.group_size)  # every process draws all, plays its own
 
   def _collect(self, pool, policy) -> tuple[list, rollout_lib.GroupArrays | None, int]:
     """One batch of B groups; with dynamic sampling, groups whose rewards are all equal
@@ -361,6 +395,7 @@ class Trainer:
     c, r = self.cfg, self.cfg.rollout
     kept: list[list] = []
     played = 0
+    target = dist.share_count(r.tasks_per_iter)  # this process's groups
     for _ in range(c.algo.dynamic_sampling_rounds if c.algo.dynamic_sampling else 1):
       trajs = rollout_lib.run_episodes(pool, policy, self.tok, self._sample_tasks(), r,
                                        self.np_rng, fmt=self.fmt)
@@ -371,11 +406,11 @@ class Trainer:
         keep_B = np.asarray(adv_lib.dynamic_sampling_keep(jnp.asarray(won_BxG)))
         groups = [g for g, k in zip(groups, keep_B) if k]
       kept.extend(groups)
-      if len(kept) >= r.tasks_per_iter:
+      if len(kept) >= target:
         break
     if not kept:  # every group uniform: nothing to learn from this round
       return [], None, played
-    kept = kept[: r.tasks_per_iter]
+    kept = kept[:target]
     flat = [t for g in kept for t in g]
     arrays = rollout_lib.group_arrays(flat, len(kept), r.group_size, r.max_turns, r.logp_reduce)
     return flat, arrays, played
@@ -384,25 +419,29 @@ class Trainer:
     c = self.cfg
     t0 = time.perf_counter()
     trajs, arrays, played = self._collect(pool, policy)
-    self.env_steps += played
+    self.env_steps += dist.count_env_steps(played)
     m = {"perf/env_steps_total": self.env_steps, "perf/rollout_s": time.perf_counter() - t0}
+    m |= dist.env_steps_by_process(played)
     if not trajs:
       return state, m | {"perf/update_skipped": 1.0}
-    m |= metrics_lib.episode_metrics(trajs, "rollout")
+    m |= dist.episode_metrics(trajs, "rollout")
     t1 = time.perf_counter()
     prep = self.algo.prepare(self.ctx, it, trajs, arrays, state.params, self.aux)
     self.aux = prep.aux
-    self.env_steps += prep.env_steps
+    self.env_steps += dist.count_env_steps(prep.env_steps)
+    if dist.multi():  # the update is a collective: it runs unless every process skips
+      prep = dataclasses.replace(prep, skip=dist.all_true(prep.skip))
     # perf/adv_s: the whole prepare (advantages and any auxiliary model work, of which
     # perf/aux_s is the auxiliary part).
     m |= prep.metrics | {"perf/adv_s": time.perf_counter() - t1,
                          "perf/env_steps_total": self.env_steps}
     if prep.adv_BxGxT is not None:
-      adv_BxGxT, act = prep.adv_BxGxT, arrays.mask_BxGxT
+      adv_BxGxT, act, oracle = dist.gather_steps(prep.adv_BxGxT, arrays.mask_BxGxT,
+                                                 arrays.oracle_BxGxT)
       m |= {"adv/mean": float(adv_BxGxT[act].mean()), "adv/std": float(adv_BxGxT[act].std()),
             "adv/abs_max": float(np.abs(adv_BxGxT[act]).max()),
             "adv/zero_frac": float((adv_BxGxT[act] == 0).mean())}
-      m |= metrics_lib.credit_accuracy(adv_BxGxT, arrays.oracle_BxGxT, act)
+      m |= metrics_lib.credit_accuracy(adv_BxGxT, oracle, act)
     if prep.skip:
       return state, m | {"perf/update_skipped": 1.0, "perf/update_s": 0.0}
     t2 = time.perf_counter()
@@ -475,8 +514,10 @@ class Trainer:
       self.ckpt.close()
       self.sft_ckpt.close()
       self.writer.close()
-    metrics_lib.plot_learning_curve(self.writer.path, os.path.join(self.workdir, "learning_curve.png"),
-                                    title=f"{c.name}: {algorithms.label(c.algo)}")
+    if dist.is_writer():
+      metrics_lib.plot_learning_curve(self.writer.path,
+                                      os.path.join(self.workdir, "learning_curve.png"),
+                                      title=f"{c.name}: {algorithms.label(c.algo)}")
     return self.summary
 
   def _run(self, pool) -> None:
@@ -484,26 +525,29 @@ class Trainer:
     records, self.tok, self.fmt, graphdef, params = self._tokenizer_and_sft_source()
     self._check_budgets(pool, records)
     tx = ts.make_optimizer(c.optim)
-    state = ts.init_state(params, tx)
+    state = dist.on_mesh(ts.init_state(params, tx), self.mesh)
     self.aux = self.algo.init_aux(c, state.params)  # also the template to restore into
-    live = {"params": state.params}
+    # The parameters the samplers read: the training ones, or with several processes a
+    # copy on this process's devices (dist.SamplerMesh), refreshed after every update.
+    live = self.sampler_mesh
+    live.update(state.params)
     key = jax.random.key(c.seed)
     # Rollouts sample at the rollout temperature; held-out evaluation takes greedy actions
     # ("eval/") and, if asked, sampled ones ("eval_sampled/"), the policy RL optimises.
-    self.policies = {"rollout": SamplerPolicy(graphdef, lambda: live["params"], self.tok, c,
-                                              greedy=False, key=jax.random.fold_in(key, 1),
-                                              mesh=self.mesh)}
+    self.policies = {"rollout": SamplerPolicy(graphdef, live.params, self.tok, c, greedy=False,
+                                              key=dist.process_key(jax.random.fold_in(key, 1)),
+                                              mesh=live.mesh)}
     for prefix, greedy, on in (("eval", True, c.eval.greedy),
                                ("eval_sampled", False, c.eval.sampled)):
       if on:
-        self.policies[prefix] = SamplerPolicy(graphdef, lambda: live["params"], self.tok, c,
-                                              greedy=greedy,
-                                              key=jax.random.fold_in(key, 2 + greedy),
-                                              mesh=self.mesh, temperature=c.eval.temperature)
+        self.policies[prefix] = SamplerPolicy(
+            graphdef, live.params, self.tok, c, greedy=greedy,
+            key=dist.process_key(jax.random.fold_in(key, 2 + greedy)), mesh=live.mesh,
+            temperature=c.eval.temperature)
     meta = {"phase": "start", "iteration": 0}
     if self.resume:
       state, meta = self._restore(state)
-      live["params"] = state.params
+      live.update(state.params)
       if (meta["phase"] == "done" and c.rl_iterations > int(meta["iteration"])
           and not self._budget_spent()):
         meta["phase"] = "rl"  # a finished run extended with a larger rl_iterations
@@ -522,9 +566,9 @@ class Trainer:
 
     if meta["phase"] == "start":
       params, m = self._sft_stage(graphdef, state.params, records)
-      state = ts.init_state(params, tx)
+      state = dist.on_mesh(ts.init_state(params, tx), self.mesh)
       self.aux = self.algo.init_aux(c, state.params)
-      live["params"] = state.params
+      live.update(state.params)
       if m is None:
         m = evaluate_all("SFT")
       # workdir/sft: the KL reference, and the start of any run naming this one in
@@ -546,21 +590,24 @@ class Trainer:
       for it in range(start, c.rl_iterations):
         if self._budget_spent():
           break
-        if self.stop.requested:  # during SFT's evaluation or a resume: `it` is saved
-          raise Interrupted(self.stop.requested, self.ckpt.directory, it)
+        requested = dist.agree_stop(self.stop.requested)
+        if requested:  # during SFT's evaluation or a resume: `it` is saved
+          raise Interrupted(requested, self.ckpt.directory, it)
         state, m = self._rl_iteration(it, pool, self.policies["rollout"], rl_step, state,
                                       ref_params)
-        live["params"], last = state.params, it + 1
+        live.update(state.params)
+        last = it + 1
         if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
           m |= evaluate_all(f"it {it + 1}")
         self.writer.write(it + 1, m)
         bar.update()
         bar.set_postfix(success=f"{m.get('rollout/success', float('nan')):.2f}",
                         steps=self.env_steps)
-        if (it + 1) % c.checkpoint_every == 0 or self.stop.requested:
+        requested = dist.agree_stop(self.stop.requested)
+        if (it + 1) % c.checkpoint_every == 0 or requested:
           self._save(it + 1, state, {"phase": "rl", "iteration": it + 1})
-        if self.stop.requested:
-          raise Interrupted(self.stop.requested, self.ckpt.directory, it + 1)
+        if requested:
+          raise Interrupted(requested, self.ckpt.directory, it + 1)
     if c.rl_iterations > 0 and meta["phase"] != "done":
       m = evaluate_all("RL")
       self.summary["rl"] = m
@@ -581,7 +628,11 @@ class Trainer:
     and evaluation keys are fixed, so neither needs saving."""
     meta = meta | {"env_steps": self.env_steps, "np_rng": self.np_rng.bit_generator.state,
                    "summary": self.summary, "nonfinite": self.guard.state(),
-                   "rollout_key": self.policies["rollout"].key_state()}
+                   "rollout_key": self.policies["rollout"].key_state(),
+                   "processes": dist.process_count()}
+    if dist.multi():  # each process's own sampler stream; the meta is process 0's
+      keys = dist.gather_concat(np.asarray(self.policies["rollout"].key_state(), np.uint32))
+      meta["rollout_keys"] = keys.reshape(dist.process_count(), -1).tolist()
     self.ckpt.save(step, algorithms.pack_state(state, self.aux),
                    json.loads(json.dumps(meta, default=float)))
 
@@ -591,25 +642,36 @@ class Trainer:
     c = self.cfg
 
     def play(tasks, play_key):
-      policy = SamplerPolicy(graphdef, lambda: live["params"], self.tok, c, greedy=False,
-                             key=play_key, mesh=self.mesh)
+      policy = SamplerPolicy(graphdef, live.params, self.tok, c, greedy=False,
+                             key=play_key, mesh=live.mesh)
       return rollout_lib.run_episodes(pool, policy, self.tok, tasks, c.rollout,
                                       np.random.default_rng(0), fmt=self.fmt)
 
     return algorithms.Context(
         cfg=c, graphdef=graphdef, tx=tx, sampling_cfg=sampling_config(c, self.tok, greedy=False),
-        batches=lambda rows, bs, *, seed, epochs: self._batches(rows, bs, seed=seed, epochs=epochs),
-        to_device=self._to_device, pad_id=self.tok.pad_id, play=play, workdir=self.workdir,
-        ref_params=ref_params)
+        # Each process batches its own rows, as many batches as every other process.
+        batches=lambda rows, bs, *, seed, epochs: self._batches(
+            *dist.local_rows(rows, bs, self.mesh, data_lib.empty_row(self.tok.pad_id)),
+            seed=seed, epochs=epochs),
+        to_device=lambda batch: dist.to_device(batch, self.mesh), pad_id=self.tok.pad_id,
+        play=play, workdir=self.workdir, ref_params=ref_params)
 
   def _restore(self, state) -> tuple[Any, dict]:
+    # Before any array is read: a checkpoint of another process count is not damage.
+    wrote = int(self.ckpt.read_meta().get("processes", 1))
+    if wrote != dist.process_count():
+      raise CheckpointError(
+          f"--resume: the checkpoint in {self.ckpt.directory} was written by {wrote} "
+          f"process(es) and this run has {dist.process_count()}; resume with {wrote} (each "
+          "process plays its own share of the task groups with its own sampler stream)")
     tree, meta = self.ckpt.restore(algorithms.pack_state(state, self.aux))
     state, self.aux = algorithms.unpack_state(tree, self.aux)
     self.env_steps = int(meta["env_steps"])
     self.np_rng.bit_generator.state = meta["np_rng"]
     self.summary = meta["summary"]
     self.guard.load(meta["nonfinite"])
-    self.policies["rollout"].set_key_state(meta["rollout_key"])
+    self.policies["rollout"].set_key_state(
+        meta["rollout_keys"][dist.process_index()] if dist.multi() else meta["rollout_key"])
     # Iterations logged after the checkpoint are replayed; drop their old lines.
     self.writer.drop_after(int(meta["iteration"]))
     print(f"resumed from {self.ckpt.directory} at {meta['phase']} "
