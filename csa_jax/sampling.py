@@ -174,20 +174,36 @@ def _prefill(model, tokens_BxP, positions_BxP, kv_mask_BxS, s, chunk):
   return merge(logits), jax.tree.map(merge, cache)
 
 
+def decode_segments(n: int, segment: int) -> tuple[int, ...]:
+  """Ends of the decode segments of `segment` steps over n new tokens (0: one)."""
+  if segment <= 0 or segment >= n:
+    return (n,)
+  return tuple(range(segment, n, segment)) + (n,)
+
+
+def _grow(x, slots, value=0):
+  """Appends `slots` slots to axis 1 (the cache's and the key mask's slot axis)."""
+  pad = [(0, 0)] * x.ndim
+  pad[1] = (0, slots)
+  return jnp.pad(x, pad, constant_values=value)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id",
-                                              "cache_sharding", "prefill_chunk"))
+                                              "cache_sharding", "prefill_chunk",
+                                              "decode_segment"))
 def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, *, cfg, pad_id,
-                cache_sharding, prefill_chunk=0):
+                cache_sharding, prefill_chunk=0, decode_segment=0):
   model = nnx.merge(graphdef, state)
   b, p = tokens_BxP.shape
   n = cfg.max_new_tokens
   tokens_BxP, mask_BxP = to_left_padding(tokens_BxP, mask_BxP, pad_id)
   constrain = ((lambda c: jax.lax.with_sharding_constraint(c, cache_sharding))
                if cache_sharding is not None else (lambda c: c))
-  kv_mask_BxS = jnp.concatenate([mask_BxP, jnp.zeros((b, n), jnp.int32)], 1)
+  # The cache holds only the slots written so far plus the current segment's: attention
+  # at step i reads p + (end of i's segment) slots, not p + n. The prefill's cache is the
+  # prompt's p slots; each segment appends its slots before its loop starts.
   logits_BxPxV, cache = _prefill(model, tokens_BxP, default_positions(mask_BxP),
-                                 kv_mask_BxS, p + n, prefill_chunk)
-  cache = constrain(cache)
+                                 mask_BxP, p, prefill_chunk)
   first_pos_B = mask_BxP.sum(1)  # position of the first generated token
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
 
@@ -209,27 +225,31 @@ def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, *, cfg, pad_id,
         mask_BxN=s.mask_BxN.at[:, s.step].set(live_B.astype(jnp.int32)),
         done_B=done_B)
 
-  def cond(s: _Loop):
-    return (s.step < n) & ~jnp.all(s.done_B)
-
-  init = _Loop(
-      step=jnp.asarray(0, jnp.int32), cache=cache, kv_mask_BxS=kv_mask_BxS,
+  state = _Loop(
+      step=jnp.asarray(0, jnp.int32), cache=cache, kv_mask_BxS=mask_BxP,
       logits_BxV=logits_BxPxV[:, -1],
       tokens_BxN=jnp.full((b, n), pad_id, jnp.int32),
       logprobs_BxN=jnp.zeros((b, n), jnp.float32),
       mask_BxN=jnp.zeros((b, n), jnp.int32),
       done_B=jnp.zeros((b,), bool))
-  out = jax.lax.while_loop(cond, body, init)
-  return SampleOutput(tokens_BxN=out.tokens_BxN,
-                      logprobs_BxN=out.logprobs_BxN, mask_BxN=out.mask_BxN,
-                      lengths_B=out.mask_BxN.sum(1))
+  begin = 0
+  for end in decode_segments(n, decode_segment):
+    state = state.replace(
+        cache=constrain(jax.tree.map(lambda c, k=end - begin: _grow(c, k), state.cache)),
+        kv_mask_BxS=_grow(state.kv_mask_BxS, end - begin))
+    state = jax.lax.while_loop(
+        lambda s, end=end: (s.step < end) & ~jnp.all(s.done_B), body, state)
+    begin = end
+  return SampleOutput(tokens_BxN=state.tokens_BxN,
+                      logprobs_BxN=state.logprobs_BxN, mask_BxN=state.mask_BxN,
+                      lengths_B=state.mask_BxN.sum(1))
 
 
 def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
            rng: jax.Array, cfg: SamplingConfig, pad_id: int,
            mesh: Mesh | None = None,
            rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
-           prefill_chunk: int = 0) -> SampleOutput:
+           prefill_chunk: int = 0, decode_segment: int = 32) -> SampleOutput:
   """Samples up to cfg.max_new_tokens tokens after each prompt row.
 
   prompt_mask_BxP is 1 on real prompt tokens (left or right padded, at least
@@ -237,7 +257,10 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   by `rules`; place the model first with `mesh.shard_model(model, mesh,
   SAMPLE_RULES)`. Uses the functional NNX pattern (nnx.split outside,
   nnx.merge inside one jax.jit). prefill_chunk: prompt rows per prefill pass (0: all
-  at once); it bounds the prefill's memory, not its result.
+  at once); it bounds the prefill's memory, not its result. decode_segment: new tokens
+  per decode segment (0: one segment); a step attends over the prompt and the slots up to
+  the end of its segment only, so shorter segments read less cache per token but add a
+  compiled loop (and a cache copy) each; it does not change the result.
   """
   mask_np = np.asarray(prompt_mask_BxP)
   if mask_np.ndim != 2 or np.asarray(prompt_tokens_BxP).shape != mask_np.shape:
@@ -246,6 +269,9 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   if not (mask_np.sum(1) > 0).all():
     raise ValueError("every prompt row needs at least one real token "
                      "(prompt_mask_BxP row of zeros)")
+  if not isinstance(decode_segment, int) or decode_segment < 0:
+    raise ValueError(f"decode_segment must be an int >= 0 (0: one segment), "
+                     f"got {decode_segment!r}")
   total = mask_np.shape[1] + cfg.max_new_tokens
   if total > model.cfg.max_seq_len:
     raise ValueError(f"prompt length {mask_np.shape[1]} + max_new_tokens "
@@ -266,7 +292,8 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   graphdef, state = nnx.split(model)
   return _sample_jit(graphdef, state, tokens, mask, rng, cfg=cfg,
                      pad_id=int(pad_id), cache_sharding=cache_sharding,
-                     prefill_chunk=int(prefill_chunk))
+                     prefill_chunk=int(prefill_chunk),
+                     decode_segment=int(decode_segment))
 
 
 def left_pad(token_lists: Sequence[Sequence[int]], pad_id: int,
