@@ -188,10 +188,32 @@ def _grow(x, slots, value=0):
   return jnp.pad(x, pad, constant_values=value)
 
 
+def prefill_groups(tokens_BxP: np.ndarray, mask_BxP: np.ndarray, chunk: int = 0
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+  """Rows to prefill and, per row, which of them holds its cache; None: no saving.
+
+  Identical prompt rows (the G rollouts of a task start from one prompt; idle slots all
+  send the same dummy) need one prefill between them. Returns (rows_U, index_B): rows_U
+  indexes the batch's rows to prefill, index_B the entry of rows_U whose cache row b
+  takes. U is rounded up to a power of two (repeating a row) so few shapes compile, and
+  to a multiple of `chunk`; None when that leaves U no smaller than B.
+  """
+  b = mask_BxP.shape[0]
+  key = np.concatenate([np.where(mask_BxP > 0, tokens_BxP, 0), mask_BxP], 1)
+  _, first_U, index_B = np.unique(key, axis=0, return_index=True, return_inverse=True)
+  u = 1 << int(len(first_U) - 1).bit_length()
+  if chunk and u > chunk:
+    u = -(-u // chunk) * chunk
+  if u >= b:
+    return None
+  rows_U = np.concatenate([first_U, np.full(u - len(first_U), first_U[0])])
+  return rows_U.astype(np.int32), index_B.reshape(b).astype(np.int32)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id",
                                               "cache_sharding", "prefill_chunk",
                                               "decode_segment"))
-def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, *, cfg, pad_id,
+def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, groups=None, *, cfg, pad_id,
                 cache_sharding, prefill_chunk=0, decode_segment=0):
   model = nnx.merge(graphdef, state)
   b, p = tokens_BxP.shape
@@ -202,8 +224,16 @@ def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, *, cfg, pad_id,
   # The cache holds only the slots written so far plus the current segment's: attention
   # at step i reads p + (end of i's segment) slots, not p + n. The prefill's cache is the
   # prompt's p slots; each segment appends its slots before its loop starts.
-  logits_BxPxV, cache = _prefill(model, tokens_BxP, default_positions(mask_BxP),
-                                 mask_BxP, p, prefill_chunk)
+  if groups is None:
+    logits_Bx1xV, cache = _prefill(model, tokens_BxP, default_positions(mask_BxP),
+                                   mask_BxP, p, prefill_chunk)
+  else:  # (rows_U, index_B) of `prefill_groups`: identical rows share one prefill
+    rows_U, index_B = groups
+    mask_UxP = mask_BxP[rows_U]
+    logits_Ux1xV, cache = _prefill(model, tokens_BxP[rows_U], default_positions(mask_UxP),
+                                   mask_UxP, p, prefill_chunk)
+    logits_Bx1xV = logits_Ux1xV[index_B]
+    cache = jax.tree.map(lambda c: c[index_B], cache)
   first_pos_B = mask_BxP.sum(1)  # position of the first generated token
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
 
@@ -227,7 +257,7 @@ def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, *, cfg, pad_id,
 
   state = _Loop(
       step=jnp.asarray(0, jnp.int32), cache=cache, kv_mask_BxS=mask_BxP,
-      logits_BxV=logits_BxPxV[:, -1],
+      logits_BxV=logits_Bx1xV[:, -1],
       tokens_BxN=jnp.full((b, n), pad_id, jnp.int32),
       logprobs_BxN=jnp.zeros((b, n), jnp.float32),
       mask_BxN=jnp.zeros((b, n), jnp.int32),
@@ -249,7 +279,8 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
            rng: jax.Array, cfg: SamplingConfig, pad_id: int,
            mesh: Mesh | None = None,
            rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
-           prefill_chunk: int = 0, decode_segment: int = 32) -> SampleOutput:
+           prefill_chunk: int = 0, decode_segment: int = 32,
+           share_prefill: bool = True) -> SampleOutput:
   """Samples up to cfg.max_new_tokens tokens after each prompt row.
 
   prompt_mask_BxP is 1 on real prompt tokens (left or right padded, at least
@@ -260,7 +291,9 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   at once); it bounds the prefill's memory, not its result. decode_segment: new tokens
   per decode segment (0: one segment); a step attends over the prompt and the slots up to
   the end of its segment only, so shorter segments read less cache per token but add a
-  compiled loop (and a cache copy) each; it does not change the result.
+  compiled loop (and a cache copy) each; it does not change the result. share_prefill:
+  identical prompt rows are prefilled once and their cache rows copied
+  (`prefill_groups`); it does not change the result either.
   """
   mask_np = np.asarray(prompt_mask_BxP)
   if mask_np.ndim != 2 or np.asarray(prompt_tokens_BxP).shape != mask_np.shape:
@@ -272,6 +305,10 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   if not isinstance(decode_segment, int) or decode_segment < 0:
     raise ValueError(f"decode_segment must be an int >= 0 (0: one segment), "
                      f"got {decode_segment!r}")
+  b = mask_np.shape[0]
+  if prefill_chunk and prefill_chunk < b and b % prefill_chunk:
+    raise ValueError(f"prefill_chunk {prefill_chunk} does not divide the batch of {b} "
+                     f"prompts")
   total = mask_np.shape[1] + cfg.max_new_tokens
   if total > model.cfg.max_seq_len:
     raise ValueError(f"prompt length {mask_np.shape[1]} + max_new_tokens "
@@ -289,8 +326,13 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
                                                       shape, mesh))
     n_layers = model.cfg.num_layers
     cache_sharding = KVCache(k=(one,) * n_layers, v=(one,) * n_layers)
+  groups = (prefill_groups(np.asarray(prompt_tokens_BxP), mask_np, prefill_chunk)
+            if share_prefill else None)
+  if groups is not None:
+    groups = tuple(jnp.asarray(g) if mesh is None else
+                   jax.device_put(g, mesh_lib.replicated(mesh)) for g in groups)
   graphdef, state = nnx.split(model)
-  return _sample_jit(graphdef, state, tokens, mask, rng, cfg=cfg,
+  return _sample_jit(graphdef, state, tokens, mask, rng, groups, cfg=cfg,
                      pad_id=int(pad_id), cache_sharding=cache_sharding,
                      prefill_chunk=int(prefill_chunk),
                      decode_segment=int(decode_segment))
