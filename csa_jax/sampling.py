@@ -358,6 +358,17 @@ def left_pad(token_lists: Sequence[Sequence[int]], pad_id: int,
   return tokens, mask
 
 
+def bucket_length(longest: int, budget: int, smallest: int = 16) -> int:
+  """Prompt width for a batch whose longest prompt has `longest` tokens: the smallest
+  power of two from `smallest` up that holds it, capped at the prompt budget. A batch of
+  short prompts then prefills and attends over a short cache, and a run compiles at
+  most log2(budget / smallest) + 2 prompt widths."""
+  if longest <= 0 or budget <= 0:
+    raise ValueError(f"bucket_length needs positive lengths, got {longest}, {budget}")
+  width = max(smallest, 1 << (longest - 1).bit_length())
+  return max(longest, min(width, budget))
+
+
 def truncate_at_stop(text: str, stop_strings: Sequence[str]
                      ) -> tuple[str, bool]:
   """Cuts text before the earliest stop string; returns (text, stopped)."""

@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from csa_jax.model import Decoder, ModelConfig, token_logprobs
-from csa_jax.sampling import (SamplingConfig, decode_segments, left_pad,
+from csa_jax.sampling import (SamplingConfig, bucket_length, decode_segments, left_pad,
                               prefill_groups, sample,
                               sampling_logprobs, transform_logits,
                               truncate_at_stop)
@@ -371,3 +371,14 @@ def test_identical_prompts_share_one_prefill(model, prompts):
   chunked = sample(model, tokens, mask, rng=jax.random.key(7), cfg=cfg, pad_id=PAD,
                    prefill_chunk=2)
   np.testing.assert_array_equal(np.asarray(chunked.tokens_BxN), np.asarray(got.tokens_BxN))
+
+
+def test_bucket_length_picks_few_widths_that_hold_the_prompt():
+  widths = {bucket_length(n, 192) for n in range(1, 193)}
+  assert widths == {16, 32, 64, 128, 192}
+  for n in range(1, 193):
+    w = bucket_length(n, 192)
+    assert n <= w <= 192 and (w in (16, 192) or w < 2 * n)
+  assert bucket_length(5, 12) == 12 and bucket_length(300, 192) == 300
+  with pytest.raises(ValueError, match="positive"):
+    bucket_length(0, 192)
