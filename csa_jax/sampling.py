@@ -2,10 +2,15 @@
 
 The loop follows the usual JAX LLM samplers (MaxText / Tunix / gemma's
 sampler): the prompt batch is left-padded to a static length P, one prefill
-pass fills the cache, then a `lax.while_loop` decodes one token per step into
-a cache of P + N slots and exits early once every row has emitted a stop
-token. Everything is compiled once per (B, P, N, SamplingConfig, model
-structure).
+pass fills the cache, then `lax.while_loop`s decode one token per step and exit
+early once every row has emitted a stop token. The decode runs in segments of
+`decode_segment` steps, each with a cache just long enough for the prompt and
+the tokens up to its end, so attention reads the filled part of the cache (up
+to a segment's slack) instead of all P + N slots; the last token is drawn
+without a forward pass. Identical prompt rows share one prefill
+(`prefill_groups`). Everything is compiled once per (B, P, N, SamplingConfig,
+decode_segment, model structure), plus once per number of distinct prompts
+rounded up to a power of two.
 
 Log-probs (a documented choice). `logprobs_BxN` is the log-probability of each
 sampled token under the distribution it was actually drawn from: the model's
@@ -222,8 +227,8 @@ def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, groups=None, *, cfg,
   constrain = ((lambda c: jax.lax.with_sharding_constraint(c, cache_sharding))
                if cache_sharding is not None else (lambda c: c))
   # The cache holds only the slots written so far plus the current segment's: attention
-  # at step i reads p + (end of i's segment) slots, not p + n. The prefill's cache is the
-  # prompt's p slots; each segment appends its slots before its loop starts.
+  # at step i reads p + (end of i's segment) slots, not p + n - 1. The prefill's cache is
+  # the prompt's p slots; each segment appends its slots before its loop starts.
   if groups is None:
     logits_Bx1xV, cache = _prefill(model, tokens_BxP, default_positions(mask_BxP),
                                    mask_BxP, p, prefill_chunk)
@@ -237,23 +242,26 @@ def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, groups=None, *, cfg,
   first_pos_B = mask_BxP.sum(1)  # position of the first generated token
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
 
-  def body(s: _Loop) -> _Loop:
+  def draw(s: _Loop) -> tuple[_Loop, jax.Array]:
+    """Token s.step of every row from s.logits_BxV (pad after a row's stop)."""
     tok_B, logp_B = _draw(s.logits_BxV, jax.random.fold_in(rng, s.step), cfg)
     live_B = ~s.done_B
     tok_B = jnp.where(live_B, tok_B, pad_id)
     logp_B = jnp.where(live_B, logp_B, 0.0)
-    done_B = s.done_B | (live_B & jnp.isin(tok_B, stop_ids))
-    kv_mask = s.kv_mask_BxS.at[:, p + s.step].set(1)
-    logits, cache = model.forward_cached(
-        tok_B[:, None], (first_pos_B + s.step)[:, None], s.cache, p + s.step,
-        kv_mask)
-    return _Loop(
-        step=s.step + 1, cache=constrain(cache), kv_mask_BxS=kv_mask,
-        logits_BxV=logits[:, -1],
+    return s.replace(
+        step=s.step + 1,
         tokens_BxN=s.tokens_BxN.at[:, s.step].set(tok_B),
         logprobs_BxN=s.logprobs_BxN.at[:, s.step].set(logp_B),
         mask_BxN=s.mask_BxN.at[:, s.step].set(live_B.astype(jnp.int32)),
-        done_B=done_B)
+        done_B=s.done_B | (live_B & jnp.isin(tok_B, stop_ids))), tok_B
+
+  def body(s: _Loop) -> _Loop:
+    i = s.step
+    s, tok_B = draw(s)
+    kv_mask = s.kv_mask_BxS.at[:, p + i].set(1)
+    logits, cache = model.forward_cached(
+        tok_B[:, None], (first_pos_B + i)[:, None], s.cache, p + i, kv_mask)
+    return s.replace(cache=constrain(cache), kv_mask_BxS=kv_mask, logits_BxV=logits[:, -1])
 
   state = _Loop(
       step=jnp.asarray(0, jnp.int32), cache=cache, kv_mask_BxS=mask_BxP,
@@ -262,14 +270,17 @@ def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, groups=None, *, cfg,
       logprobs_BxN=jnp.zeros((b, n), jnp.float32),
       mask_BxN=jnp.zeros((b, n), jnp.int32),
       done_B=jnp.zeros((b,), bool))
+  # Steps 0 .. n-2 draw a token and feed it back; the last token needs no forward pass.
   begin = 0
-  for end in decode_segments(n, decode_segment):
+  for end in (decode_segments(n - 1, decode_segment) if n > 1 else ()):
     state = state.replace(
         cache=constrain(jax.tree.map(lambda c, k=end - begin: _grow(c, k), state.cache)),
         kv_mask_BxS=_grow(state.kv_mask_BxS, end - begin))
     state = jax.lax.while_loop(
         lambda s, end=end: (s.step < end) & ~jnp.all(s.done_B), body, state)
     begin = end
+  # After an early exit (every row stopped) this writes what is already there: pad, 0, 0.
+  state, _ = draw(state)
   return SampleOutput(tokens_BxN=state.tokens_BxN,
                       logprobs_BxN=state.logprobs_BxN, mask_BxN=state.mask_BxN,
                       lengths_B=state.mask_BxN.sum(1))
