@@ -331,8 +331,9 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   if mesh is not None:
     tokens = jax.device_put(tokens, mesh_lib.batch_sharding(mesh))
     mask = jax.device_put(mask, mesh_lib.batch_sharding(mesh))
-    shape = (mask_np.shape[0], total, model.cfg.num_kv_heads,
-             model.cfg.head_dim)
+    # The cache grows segment by segment, so its slot axis is never split (a slot axis of
+    # 1 makes logical_to_spec drop any mesh axis a rule gives cache_seq).
+    shape = (mask_np.shape[0], 1, model.cfg.num_kv_heads, model.cfg.head_dim)
     one = NamedSharding(mesh, mesh_lib.logical_to_spec(CACHE_AXES, rules,
                                                       shape, mesh))
     n_layers = model.cfg.num_layers
