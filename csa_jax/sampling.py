@@ -186,11 +186,21 @@ def decode_segments(n: int, segment: int) -> tuple[int, ...]:
   return tuple(range(segment, n, segment)) + (n,)
 
 
-def _grow(x, slots, value=0):
-  """Appends `slots` slots to axis 1 (the cache's and the key mask's slot axis)."""
+def _grow(x, slots, axis):
+  """Appends `slots` zero slots along `axis`."""
   pad = [(0, 0)] * x.ndim
-  pad[1] = (0, slots)
-  return jnp.pad(x, pad, constant_values=value)
+  pad[axis] = (0, slots)
+  return jnp.pad(x, pad)
+
+
+# A KV cache leaf is [..., B, S, K, Dh] (a leading layer axis when the layers are stacked),
+# so its batch and slot axes count from the end.
+def _cache_rows(c, index_B):
+  return jnp.take(c, index_B, axis=c.ndim - 4)
+
+
+def _cache_grow(c, slots):
+  return _grow(c, slots, c.ndim - 3)
 
 
 def prefill_groups(tokens_BxP: np.ndarray, mask_BxP: np.ndarray, chunk: int = 0
@@ -238,7 +248,7 @@ def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, groups=None, *, cfg,
     logits_Ux1xV, cache = _prefill(model, tokens_BxP[rows_U], default_positions(mask_UxP),
                                    mask_UxP, p, prefill_chunk)
     logits_Bx1xV = logits_Ux1xV[index_B]
-    cache = jax.tree.map(lambda c: c[index_B], cache)
+    cache = jax.tree.map(lambda c: _cache_rows(c, index_B), cache)
   first_pos_B = mask_BxP.sum(1)  # position of the first generated token
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
 
@@ -274,8 +284,9 @@ def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, groups=None, *, cfg,
   begin = 0
   for end in (decode_segments(n - 1, decode_segment) if n > 1 else ()):
     state = state.replace(
-        cache=constrain(jax.tree.map(lambda c, k=end - begin: _grow(c, k), state.cache)),
-        kv_mask_BxS=_grow(state.kv_mask_BxS, end - begin))
+        cache=constrain(jax.tree.map(lambda c, k=end - begin: _cache_grow(c, k),
+                                     state.cache)),
+        kv_mask_BxS=_grow(state.kv_mask_BxS, end - begin, 1))
     state = jax.lax.while_loop(
         lambda s, end=end: (s.step < end) & ~jnp.all(s.done_B), body, state)
     begin = end
