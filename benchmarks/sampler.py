@@ -10,6 +10,16 @@ the fraction of greedy tokens the two agree on. On CPU transformers is timed
 with torch's default thread count and with 1 thread, and the faster is the
 reference (on a small shared machine OpenMP barriers can stall torch badly).
 
+Beside each side's tokens/s it prints the achieved FLOP/s as a fraction of the
+machine's matmul peak, measured in the same run (`train_step.matmul_peak`: a
+jitted n x n x n jnp.dot in the compute dtype). The FLOPs are the useful
+matmul work of the call, the same for both sides (`generate_flops`): every
+real prompt token and every generated token fed back (N - 1 per row) through
+the layers' projections, their attention over the filled cache only (real
+prompt tokens and tokens generated so far), and the LM head for the N logits
+each row samples from. Padding, the left-padded empty slots and any wasted
+last step are not counted.
+
   /work/main/.venv/bin/python benchmarks/sampler.py [--B 32 --P 64 --N 128]
   ... --size 0.5b --dtype bfloat16 --device cuda   (GPU check)
 """
@@ -27,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.timing import median_seconds
+from benchmarks.train_step import matmul_peak
 from csa_jax.model import from_pretrained
 from csa_jax.sampling import SamplingConfig, left_pad, sample
 
@@ -70,9 +81,25 @@ def build_hf_dir(path: str, size: str, arch: str = "qwen2",
   return model
 
 
+def generate_flops(cfg, prompt_lengths, n: int) -> float:
+  """Useful matmul FLOPs of generating n tokens after prompts of these real lengths."""
+  d, f, h, k, dh = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
+                    cfg.num_kv_heads, cfg.head_dim)
+  layers = cfg.num_layers
+  linear = 2 * layers * (d * (h + 2 * k) * dh + h * dh * d + 3 * d * f)  # per token
+  per_key = 4 * layers * h * dh  # scores and weighted values, per (query, key) pair
+  total = 0.0
+  for m in np.asarray(prompt_lengths, np.int64):
+    fed = m + n - 1  # the prompt, then every generated token but the last
+    keys = m * (m + 1) // 2 + sum(m + j + 1 for j in range(n - 1))
+    total += linear * fed + per_key * keys + 2 * d * cfg.vocab_size * n
+  return float(total)
+
+
 def run(B: int = 32, P: int = 64, N: int = 128, reps: int = 3,
         size: str = "tiny", arch: str = "qwen2", dtype: str = "float32",
-        device: str = "cpu", hf_path: str | None = None) -> dict:
+        device: str = "cpu", hf_path: str | None = None,
+        decode_segment: int = 32, peak_n: int | None = None) -> dict:
   import torch
   with tempfile.TemporaryDirectory() as tmp:
     path = hf_path or tmp
@@ -98,7 +125,8 @@ def run(B: int = 32, P: int = 64, N: int = 128, reps: int = 3,
   out = {}
 
   def ours():
-    out["ours"] = sample(model, tokens, mask, rng=key, cfg=cfg, pad_id=0)
+    out["ours"] = sample(model, tokens, mask, rng=key, cfg=cfg, pad_id=0,
+                         decode_segment=decode_segment)
     jax.block_until_ready(out["ours"].tokens_BxN)
 
   t_tok = torch.tensor(tokens, dtype=torch.long, device=device)
@@ -127,19 +155,28 @@ def run(B: int = 32, P: int = 64, N: int = 128, reps: int = 3,
   ours_new = np.asarray(out["ours"].tokens_BxN)
   agree = float((hf_new == ours_new).mean()) if hf_new.shape == ours_new.shape \
       else 0.0
+  flops = generate_flops(model.cfg, mask.sum(1), N)
+  pn = peak_n or (1024 if jax.default_backend() == "cpu" else 8192)
+  peak = matmul_peak(dtype, pn)
+  frac = lambda t: f"{flops / t / 1e9:8.1f} GFLOP/s = {flops / t / peak:5.1%} of peak"
   res = dict(B=B, P=P, N=N, size=size, arch=arch, dtype=dtype, device=device,
              hf_threads=best_threads,
              jax_backend=jax.default_backend(), load_s=load_s,
              ours_s=t_ours, hf_s=t_hf, ours_tok_s=B * N / t_ours,
-             hf_tok_s=B * N / t_hf, speedup=t_hf / t_ours, agree=agree)
+             hf_tok_s=B * N / t_hf, speedup=t_hf / t_ours, agree=agree,
+             flops=flops, peak=peak, ours_peak_frac=flops / t_ours / peak,
+             hf_peak_frac=flops / t_hf / peak)
   print(f"sampler  {size}/{arch} {dtype}  B={B} P={P} N={N}  "
         f"(jax {res['jax_backend']}, torch {device}; from_pretrained "
-        f"{load_s:.2f} s)\n"
+        f"{load_s:.2f} s; decode_segment {decode_segment})\n"
+        f"  matmul peak ({pn}^3 {dtype} jnp.dot): {peak / 1e9:.1f} GFLOP/s; "
+        f"useful FLOPs of the call {flops / 1e9:.2f} GFLOP\n"
         f"  ours (jit KV-cache sampler): {t_ours * 1e3:9.1f} ms median  "
-        f"{res['ours_tok_s']:10.0f} tok/s\n"
+        f"{res['ours_tok_s']:10.0f} tok/s  {frac(t_ours)}\n"
         + "".join(
             f"  transformers generate, {n} thr: {t * 1e3:7.1f} ms median  "
-            f"{B * N / t:10.0f} tok/s\n" for n, t in t_hf_by_threads.items())
+            f"{B * N / t:10.0f} tok/s  {frac(t)}\n"
+            for n, t in t_hf_by_threads.items())
         + f"  ratio ours / best transformers: {res['speedup']:.2f}x   "
         f"greedy tokens equal: {agree:.1%}", flush=True)
   return res
@@ -155,8 +192,13 @@ def main(argv=None):
   ap.add_argument("--arch", choices=("qwen2", "llama"), default="qwen2")
   ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
   ap.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
+  ap.add_argument("--decode-segment", type=int, default=32,
+                  help="sample()'s decode_segment (0: one segment over the whole cache)")
+  ap.add_argument("--peak-n", type=int, default=None,
+                  help="matmul size for the peak (default 1024 CPU, 8192 GPU)")
   a = ap.parse_args(argv)
-  return run(a.B, a.P, a.N, a.reps, a.size, a.arch, a.dtype, a.device)
+  return run(a.B, a.P, a.N, a.reps, a.size, a.arch, a.dtype, a.device,
+             decode_segment=a.decode_segment, peak_n=a.peak_n)
 
 
 if __name__ == "__main__":

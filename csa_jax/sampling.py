@@ -2,10 +2,15 @@
 
 The loop follows the usual JAX LLM samplers (MaxText / Tunix / gemma's
 sampler): the prompt batch is left-padded to a static length P, one prefill
-pass fills the cache, then a `lax.while_loop` decodes one token per step into
-a cache of P + N slots and exits early once every row has emitted a stop
-token. Everything is compiled once per (B, P, N, SamplingConfig, model
-structure).
+pass fills the cache, then `lax.while_loop`s decode one token per step and exit
+early once every row has emitted a stop token. The decode runs in segments of
+`decode_segment` steps, each with a cache just long enough for the prompt and
+the tokens up to its end, so attention reads the filled part of the cache (up
+to a segment's slack) instead of all P + N slots; the last token is drawn
+without a forward pass. Identical prompt rows share one prefill
+(`prefill_groups`). Everything is compiled once per (B, P, N, SamplingConfig,
+decode_segment, model structure), plus once per number of distinct prompts
+rounded up to a power of two.
 
 Log-probs (a documented choice). `logprobs_BxN` is the log-probability of each
 sampled token under the distribution it was actually drawn from: the model's
@@ -179,62 +184,130 @@ def _prefill(model, tokens_BxP, positions_BxP, kv_mask_BxS, s, chunk):
   return merge(logits), jax.tree.map(merge_cache, cache)
 
 
+def decode_segments(n: int, segment: int) -> tuple[int, ...]:
+  """Ends of the decode segments of `segment` steps over n new tokens (0: one)."""
+  if segment <= 0 or segment >= n:
+    return (n,)
+  return tuple(range(segment, n, segment)) + (n,)
+
+
+def _grow(x, slots, axis):
+  """Appends `slots` zero slots along `axis`."""
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, slots)
+  return jnp.pad(x, pad)
+
+
+# A KV cache leaf is [..., B, S, K, Dh] (a leading layer axis when the layers are stacked),
+# so its batch and slot axes count from the end.
+def _cache_rows(c, index_B):
+  return jnp.take(c, index_B, axis=c.ndim - 4)
+
+
+def _cache_grow(c, slots):
+  return _grow(c, slots, c.ndim - 3)
+
+
+def prefill_groups(tokens_BxP: np.ndarray, mask_BxP: np.ndarray, chunk: int = 0
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+  """Rows to prefill and, per row, which of them holds its cache; None: no saving.
+
+  Identical prompt rows (the G rollouts of a task start from one prompt; idle slots all
+  send the same dummy) need one prefill between them. Returns (rows_U, index_B): rows_U
+  indexes the batch's rows to prefill, index_B the entry of rows_U whose cache row b
+  takes. U is rounded up to a power of two (repeating a row) so few shapes compile, and
+  to a multiple of `chunk`; None when that leaves U no smaller than B.
+  """
+  b = mask_BxP.shape[0]
+  key = np.concatenate([np.where(mask_BxP > 0, tokens_BxP, 0), mask_BxP], 1)
+  _, first_U, index_B = np.unique(key, axis=0, return_index=True, return_inverse=True)
+  u = 1 << int(len(first_U) - 1).bit_length()
+  if chunk and u > chunk:
+    u = -(-u // chunk) * chunk
+  if u >= b:
+    return None
+  rows_U = np.concatenate([first_U, np.full(u - len(first_U), first_U[0])])
+  return rows_U.astype(np.int32), index_B.reshape(b).astype(np.int32)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id",
-                                              "cache_sharding", "prefill_chunk"))
-def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, *, cfg, pad_id,
-                cache_sharding, prefill_chunk=0):
+                                              "cache_sharding", "prefill_chunk",
+                                              "decode_segment"))
+def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, groups=None, *, cfg, pad_id,
+                cache_sharding, prefill_chunk=0, decode_segment=0):
   model = nnx.merge(graphdef, state)
   b, p = tokens_BxP.shape
   n = cfg.max_new_tokens
   tokens_BxP, mask_BxP = to_left_padding(tokens_BxP, mask_BxP, pad_id)
   constrain = ((lambda c: jax.lax.with_sharding_constraint(c, cache_sharding))
                if cache_sharding is not None else (lambda c: c))
-  kv_mask_BxS = jnp.concatenate([mask_BxP, jnp.zeros((b, n), jnp.int32)], 1)
-  logits_BxPxV, cache = _prefill(model, tokens_BxP, default_positions(mask_BxP),
-                                 kv_mask_BxS, p + n, prefill_chunk)
-  cache = constrain(cache)
+  # The cache holds only the slots written so far plus the current segment's: attention
+  # at step i reads p + (end of i's segment) slots, not p + n - 1. The prefill's cache is
+  # the prompt's p slots; each segment appends its slots before its loop starts.
+  if groups is None:
+    logits_Bx1xV, cache = _prefill(model, tokens_BxP, default_positions(mask_BxP),
+                                   mask_BxP, p, prefill_chunk)
+  else:  # (rows_U, index_B) of `prefill_groups`: identical rows share one prefill
+    rows_U, index_B = groups
+    mask_UxP = mask_BxP[rows_U]
+    logits_Ux1xV, cache = _prefill(model, tokens_BxP[rows_U], default_positions(mask_UxP),
+                                   mask_UxP, p, prefill_chunk)
+    logits_Bx1xV = logits_Ux1xV[index_B]
+    cache = jax.tree.map(lambda c: _cache_rows(c, index_B), cache)
   first_pos_B = mask_BxP.sum(1)  # position of the first generated token
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
 
-  def body(s: _Loop) -> _Loop:
+  def draw(s: _Loop) -> tuple[_Loop, jax.Array]:
+    """Token s.step of every row from s.logits_BxV (pad after a row's stop)."""
     tok_B, logp_B = _draw(s.logits_BxV, jax.random.fold_in(rng, s.step), cfg)
     live_B = ~s.done_B
     tok_B = jnp.where(live_B, tok_B, pad_id)
     logp_B = jnp.where(live_B, logp_B, 0.0)
-    done_B = s.done_B | (live_B & jnp.isin(tok_B, stop_ids))
-    kv_mask = s.kv_mask_BxS.at[:, p + s.step].set(1)
-    logits, cache = model.forward_cached(
-        tok_B[:, None], (first_pos_B + s.step)[:, None], s.cache, p + s.step,
-        kv_mask)
-    return _Loop(
-        step=s.step + 1, cache=constrain(cache), kv_mask_BxS=kv_mask,
-        logits_BxV=logits[:, -1],
+    return s.replace(
+        step=s.step + 1,
         tokens_BxN=s.tokens_BxN.at[:, s.step].set(tok_B),
         logprobs_BxN=s.logprobs_BxN.at[:, s.step].set(logp_B),
         mask_BxN=s.mask_BxN.at[:, s.step].set(live_B.astype(jnp.int32)),
-        done_B=done_B)
+        done_B=s.done_B | (live_B & jnp.isin(tok_B, stop_ids))), tok_B
 
-  def cond(s: _Loop):
-    return (s.step < n) & ~jnp.all(s.done_B)
+  def body(s: _Loop) -> _Loop:
+    i = s.step
+    s, tok_B = draw(s)
+    kv_mask = s.kv_mask_BxS.at[:, p + i].set(1)
+    logits, cache = model.forward_cached(
+        tok_B[:, None], (first_pos_B + i)[:, None], s.cache, p + i, kv_mask)
+    return s.replace(cache=constrain(cache), kv_mask_BxS=kv_mask, logits_BxV=logits[:, -1])
 
-  init = _Loop(
-      step=jnp.asarray(0, jnp.int32), cache=cache, kv_mask_BxS=kv_mask_BxS,
-      logits_BxV=logits_BxPxV[:, -1],
+  state = _Loop(
+      step=jnp.asarray(0, jnp.int32), cache=cache, kv_mask_BxS=mask_BxP,
+      logits_BxV=logits_Bx1xV[:, -1],
       tokens_BxN=jnp.full((b, n), pad_id, jnp.int32),
       logprobs_BxN=jnp.zeros((b, n), jnp.float32),
       mask_BxN=jnp.zeros((b, n), jnp.int32),
       done_B=jnp.zeros((b,), bool))
-  out = jax.lax.while_loop(cond, body, init)
-  return SampleOutput(tokens_BxN=out.tokens_BxN,
-                      logprobs_BxN=out.logprobs_BxN, mask_BxN=out.mask_BxN,
-                      lengths_B=out.mask_BxN.sum(1))
+  # Steps 0 .. n-2 draw a token and feed it back; the last token needs no forward pass.
+  begin = 0
+  for end in (decode_segments(n - 1, decode_segment) if n > 1 else ()):
+    state = state.replace(
+        cache=constrain(jax.tree.map(lambda c, k=end - begin: _cache_grow(c, k),
+                                     state.cache)),
+        kv_mask_BxS=_grow(state.kv_mask_BxS, end - begin, 1))
+    state = jax.lax.while_loop(
+        lambda s, end=end: (s.step < end) & ~jnp.all(s.done_B), body, state)
+    begin = end
+  # After an early exit (every row stopped) this writes what is already there: pad, 0, 0.
+  state, _ = draw(state)
+  return SampleOutput(tokens_BxN=state.tokens_BxN,
+                      logprobs_BxN=state.logprobs_BxN, mask_BxN=state.mask_BxN,
+                      lengths_B=state.mask_BxN.sum(1))
 
 
 def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
            rng: jax.Array, cfg: SamplingConfig, pad_id: int,
            mesh: Mesh | None = None,
            rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
-           prefill_chunk: int = 0) -> SampleOutput:
+           prefill_chunk: int = 0, decode_segment: int = 32,
+           share_prefill: bool = True) -> SampleOutput:
   """Samples up to cfg.max_new_tokens tokens after each prompt row.
 
   prompt_mask_BxP is 1 on real prompt tokens (left or right padded, at least
@@ -242,7 +315,12 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   by `rules`; place the model first with `mesh.shard_model(model, mesh,
   SAMPLE_RULES)`. Uses the functional NNX pattern (nnx.split outside,
   nnx.merge inside one jax.jit). prefill_chunk: prompt rows per prefill pass (0: all
-  at once); it bounds the prefill's memory, not its result.
+  at once); it bounds the prefill's memory, not its result. decode_segment: new tokens
+  per decode segment (0: one segment); a step attends over the prompt and the slots up to
+  the end of its segment only, so shorter segments read less cache per token but add a
+  compiled loop (and a cache copy) each; it does not change the result. share_prefill:
+  identical prompt rows are prefilled once and their cache rows copied
+  (`prefill_groups`); it does not change the result either.
   """
   mask_np = np.asarray(prompt_mask_BxP)
   if mask_np.ndim != 2 or np.asarray(prompt_tokens_BxP).shape != mask_np.shape:
@@ -251,6 +329,13 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   if not (mask_np.sum(1) > 0).all():
     raise ValueError("every prompt row needs at least one real token "
                      "(prompt_mask_BxP row of zeros)")
+  if not isinstance(decode_segment, int) or decode_segment < 0:
+    raise ValueError(f"decode_segment must be an int >= 0 (0: one segment), "
+                     f"got {decode_segment!r}")
+  b = mask_np.shape[0]
+  if prefill_chunk and prefill_chunk < b and b % prefill_chunk:
+    raise ValueError(f"prefill_chunk {prefill_chunk} does not divide the batch of {b} "
+                     f"prompts")
   total = mask_np.shape[1] + cfg.max_new_tokens
   if total > model.cfg.max_seq_len:
     raise ValueError(f"prompt length {mask_np.shape[1]} + max_new_tokens "
@@ -262,15 +347,22 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   if mesh is not None:
     tokens = jax.device_put(tokens, mesh_lib.batch_sharding(mesh))
     mask = jax.device_put(mask, mesh_lib.batch_sharding(mesh))
-    shape = (mask_np.shape[0], total, model.cfg.num_kv_heads,
-             model.cfg.head_dim)
+    # The cache grows segment by segment, so its slot axis is never split (a slot axis of
+    # 1 makes logical_to_spec drop any mesh axis a rule gives cache_seq).
+    shape = (mask_np.shape[0], 1, model.cfg.num_kv_heads, model.cfg.head_dim)
     one = NamedSharding(mesh, mesh_lib.logical_to_spec(CACHE_AXES, rules,
                                                       shape, mesh))
     cache_sharding = cache_shardings(model.cfg, one)
+  groups = (prefill_groups(np.asarray(prompt_tokens_BxP), mask_np, prefill_chunk)
+            if share_prefill else None)
+  if groups is not None:
+    groups = tuple(jnp.asarray(g) if mesh is None else
+                   jax.device_put(g, mesh_lib.replicated(mesh)) for g in groups)
   graphdef, state = nnx.split(model)
-  return _sample_jit(graphdef, state, tokens, mask, rng, cfg=cfg,
+  return _sample_jit(graphdef, state, tokens, mask, rng, groups, cfg=cfg,
                      pad_id=int(pad_id), cache_sharding=cache_sharding,
-                     prefill_chunk=int(prefill_chunk))
+                     prefill_chunk=int(prefill_chunk),
+                     decode_segment=int(decode_segment))
 
 
 def left_pad(token_lists: Sequence[Sequence[int]], pad_id: int,
@@ -291,6 +383,17 @@ def left_pad(token_lists: Sequence[Sequence[int]], pad_id: int,
     tokens[i, p - len(toks):] = toks
     mask[i, p - len(toks):] = 1
   return tokens, mask
+
+
+def bucket_length(longest: int, budget: int, smallest: int = 16) -> int:
+  """Prompt width for a batch whose longest prompt has `longest` tokens: the smallest
+  power of two from `smallest` up that holds it, capped at the prompt budget. A batch of
+  short prompts then prefills and attends over a short cache, and a run compiles at
+  most log2(budget / smallest) + 2 prompt widths."""
+  if longest <= 0 or budget <= 0:
+    raise ValueError(f"bucket_length needs positive lengths, got {longest}, {budget}")
+  width = max(smallest, 1 << (longest - 1).bit_length())
+  return max(longest, min(width, budget))
 
 
 def truncate_at_stop(text: str, stop_strings: Sequence[str]

@@ -107,8 +107,10 @@ class SamplerPolicy:
 
   def __call__(self, prompts: list[list[int]], rng: np.random.Generator):
     del rng  # the sampler's randomness comes from its own jax key stream
-    # One bucket as wide as the prompt budget: a single compiled shape for the run.
-    tokens, mask = sampling.left_pad(prompts, self._tok.pad_id, bucket=self._bucket)
+    # Widths in powers of two up to the prompt budget: short prompts do not pay for the
+    # whole budget, and a run compiles a handful of shapes.
+    width = sampling.bucket_length(max(map(len, prompts)), self._bucket)
+    tokens, mask = sampling.left_pad(prompts, self._tok.pad_id, bucket=width)
     self.key, sub = jax.random.split(self.key)
     model = nnx.merge(self._graphdef, self._get_params())
     out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,

@@ -128,6 +128,12 @@ def _worker():
                         stop_token_ids=(7,))
   ref_out = sample(nnx.merge(graphdef, params1), prompts, pmask,
                    rng=jax.random.key(3), cfg=scfg, pad_id=0)
+  # Repeated prompts (a shared prefill) and short decode segments, against one device
+  # with neither.
+  dup = [0, 1, 0, 0, 2, 1, 0, 3]
+  ref_dup = sample(nnx.merge(graphdef, params1), prompts[dup], pmask[dup],
+                   rng=jax.random.key(4), cfg=scfg, pad_id=0, share_prefill=False,
+                   decode_segment=0)
 
   # ---- mesh 4x2 ----
   mesh = mesh_lib.make_mesh("4x2")
@@ -164,6 +170,12 @@ def _worker():
                                 np.asarray(ref_out.mask_BxN))
   np.testing.assert_allclose(np.asarray(out.logprobs_BxN),
                              np.asarray(ref_out.logprobs_BxN), atol=1e-5)
+  out_dup = sample(model_s, prompts[dup], pmask[dup], rng=jax.random.key(4), cfg=scfg,
+                   pad_id=0, mesh=mesh, decode_segment=3)
+  np.testing.assert_array_equal(np.asarray(out_dup.tokens_BxN),
+                                np.asarray(ref_dup.tokens_BxN))
+  np.testing.assert_allclose(np.asarray(out_dup.logprobs_BxN),
+                             np.asarray(ref_dup.logprobs_BxN), atol=1e-5)
   # Train last: donation may free buffers that device_put shared with
   # `params` (single-device shards alias the source array).
   opt0 = tx.init(params)

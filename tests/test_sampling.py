@@ -7,7 +7,8 @@ import pytest
 from flax import nnx
 
 from csa_jax.model import Decoder, ModelConfig, token_logprobs
-from csa_jax.sampling import (SamplingConfig, left_pad, sample,
+from csa_jax.sampling import (SamplingConfig, bucket_length, decode_segments, left_pad,
+                              prefill_groups, sample,
                               sampling_logprobs, transform_logits,
                               truncate_at_stop)
 
@@ -302,3 +303,82 @@ def test_logprobs_equal_a_float64_reference(model, prompts, cfg):
   # The sampler's logits come from the KV-cache decode path, the reference's from one full
   # forward pass: float32 rounding of two computations (measured at most 4.2e-7).
   np.testing.assert_allclose(got, want, rtol=0, atol=ATOL_LOGP)
+
+
+def _assert_float64_logprobs(model, tokens, mask, out, cfg):
+  """Every live token's reported log-prob against NumPy float64 over teacher forcing."""
+  logits = np.asarray(_teacher_forced_logits(model, tokens, mask, out))
+  toks, got, live = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
+                     np.asarray(out.mask_BxN) > 0)
+  for b, j in zip(*np.nonzero(live)):
+    np.testing.assert_allclose(got[b, j], _np_logprob(logits[b, j], toks[b, j], cfg),
+                               rtol=0, atol=ATOL_LOGP)
+
+
+@pytest.mark.parametrize("segment", [1, 3, 5])
+def test_segmented_decode_samples_what_one_segment_samples(model, prompts, segment):
+  """Decode segments whose cache holds only the slots written so far: same tokens and
+  log-probs as one segment over the whole cache, and as a float64 teacher-forced
+  reference; a stop inside an early segment ends the row there."""
+  _, (tokens, mask) = prompts
+  n = 8
+  free = sample(model, tokens, mask, rng=jax.random.key(5),
+                cfg=SamplingConfig(max_new_tokens=n), pad_id=PAD, decode_segment=0)
+  stop_ids = (int(np.asarray(free.tokens_BxN)[1, 1]),)
+  for cfg in (SamplingConfig(max_new_tokens=n, greedy=True),
+              SamplingConfig(max_new_tokens=n),
+              SamplingConfig(max_new_tokens=n, stop_token_ids=stop_ids)):
+    got = sample(model, tokens, mask, rng=jax.random.key(5), cfg=cfg, pad_id=PAD,
+                 decode_segment=segment)
+    want = sample(model, tokens, mask, rng=jax.random.key(5), cfg=cfg, pad_id=PAD,
+                  decode_segment=0)
+    for field in ("tokens_BxN", "mask_BxN", "lengths_B"):
+      np.testing.assert_array_equal(np.asarray(getattr(got, field)),
+                                    np.asarray(getattr(want, field)))
+    np.testing.assert_allclose(np.asarray(got.logprobs_BxN), np.asarray(want.logprobs_BxN),
+                               rtol=0, atol=ATOL_LOGP)
+    _assert_float64_logprobs(model, tokens, mask, got, cfg)
+  assert int(got.lengths_B[1]) <= 2  # the stop came in the first segment
+  assert decode_segments(8, 3) == (3, 6, 8) and decode_segments(8, 0) == (8,)
+  with pytest.raises(ValueError, match="decode_segment"):
+    sample(model, tokens, mask, rng=jax.random.key(5), cfg=cfg, pad_id=PAD,
+           decode_segment=-1)
+
+
+def test_identical_prompts_share_one_prefill(model, prompts):
+  """Rows with the same prompt are prefilled once and their cache rows copied: the
+  samples equal those of separate prefills and a float64 teacher-forced reference."""
+  lists, _ = prompts
+  rows = [lists[i] for i in (0, 1, 0, 0, 2, 1, 0, 3)]
+  tokens, mask = left_pad(rows, PAD, bucket=8)
+  rows_U, index_B = prefill_groups(tokens, mask)
+  assert len(rows_U) == 4  # 4 distinct prompts among 8 rows
+  np.testing.assert_array_equal(tokens[rows_U][index_B], tokens)
+  np.testing.assert_array_equal(mask[rows_U][index_B], mask)
+  some = [0, 1, 4, 2]  # prompts 0, 1, 2, 0: 3 distinct round up to 4, no saving
+  assert prefill_groups(tokens[some], mask[some]) is None
+  for cfg in (SamplingConfig(max_new_tokens=6, greedy=True), SamplingConfig(max_new_tokens=6)):
+    got = sample(model, tokens, mask, rng=jax.random.key(7), cfg=cfg, pad_id=PAD)
+    want = sample(model, tokens, mask, rng=jax.random.key(7), cfg=cfg, pad_id=PAD,
+                  share_prefill=False)
+    np.testing.assert_array_equal(np.asarray(got.tokens_BxN), np.asarray(want.tokens_BxN))
+    np.testing.assert_allclose(np.asarray(got.logprobs_BxN), np.asarray(want.logprobs_BxN),
+                               rtol=0, atol=ATOL_LOGP)
+    _assert_float64_logprobs(model, tokens, mask, got, cfg)
+  # Rows with the same prompt but independent draws: sampling still differs between them.
+  assert len({tuple(r) for r in np.asarray(got.tokens_BxN)[[0, 2, 3, 6]]}) > 1
+  # With prefill_chunk the shared prefill goes through in chunks of the unique rows.
+  chunked = sample(model, tokens, mask, rng=jax.random.key(7), cfg=cfg, pad_id=PAD,
+                   prefill_chunk=2)
+  np.testing.assert_array_equal(np.asarray(chunked.tokens_BxN), np.asarray(got.tokens_BxN))
+
+
+def test_bucket_length_picks_few_widths_that_hold_the_prompt():
+  widths = {bucket_length(n, 192) for n in range(1, 193)}
+  assert widths == {16, 32, 64, 128, 192}
+  for n in range(1, 193):
+    w = bucket_length(n, 192)
+    assert n <= w <= 192 and (w in (16, 192) or w < 2 * n)
+  assert bucket_length(5, 12) == 12 and bucket_length(300, 192) == 300
+  with pytest.raises(ValueError, match="positive"):
+    bucket_length(0, 192)

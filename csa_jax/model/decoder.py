@@ -183,6 +183,9 @@ class Attention(nnx.Module):
       kv = (k, v)
     b, t = q.shape[:2]
     q = q.reshape(b, t, self.num_kv_heads, self.num_groups, q.shape[-1])
+    if t == 1 and kv is not None:
+      out = decode_attention(q[:, 0], k, v, mask_BxTxS[:, 0], self.dtype)
+      return self.o_proj(out.reshape(b, 1, -1, out.shape[-1])), kv
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(self.dtype),
                         preferred_element_type=jnp.float32)
     scores = scores / math.sqrt(q.shape[-1])
@@ -191,6 +194,25 @@ class Attention(nnx.Module):
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(self.dtype))
     out = out.reshape(b, t, -1, out.shape[-1])
     return self.o_proj(out), kv
+
+
+def decode_attention(q_BxKxGxDh, k_BxSxKxDh, v_BxSxKxDh, mask_BxS, dtype):
+  """One query per row over a KV cache [B, S, K, Dh]: the output [B, K, G, Dh].
+
+  The same softmax attention as the general path, written as broadcast products
+  reduced over Dh and then over S, so the cache is read in its own layout. As
+  batched dots (the general path's einsums) XLA CPU transposed both caches to
+  [B, K, S, Dh] at every decode step: a full copy of the cache per token.
+  """
+  dh = q_BxKxGxDh.shape[-1]
+  q = q_BxKxGxDh.astype(jnp.float32)
+  scores_BxSxKxG = jnp.sum(q[:, None] * k_BxSxKxDh.astype(jnp.float32)[:, :, :, None, :],
+                           -1) / math.sqrt(dh)
+  scores_BxSxKxG = jnp.where(mask_BxS[:, :, None, None], scores_BxSxKxG, _MASK_VALUE)
+  probs_BxSxKxG = jax.nn.softmax(scores_BxSxKxG, axis=1).astype(dtype)
+  out = jnp.sum(probs_BxSxKxG[..., None] * v_BxSxKxDh.astype(dtype)[:, :, :, None, :], 1,
+                dtype=jnp.float32)
+  return out.astype(dtype)
 
 
 class MLP(nnx.Module):
