@@ -105,14 +105,18 @@ def test_optimizer_step_equal_unrolled():
   np.testing.assert_allclose(after_s(tokens), after_u(tokens), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("chunk", [0, 2])
-def test_greedy_samples_equal_unrolled(chunk):
+@pytest.mark.parametrize("chunk,segment", [(0, 0), (2, 0), (0, 3)])
+def test_greedy_samples_equal_unrolled(chunk, segment):
+  """Also with the stacked cache grown segment by segment and a prefill shared by
+  identical prompts (rows 0 and 4, 1 and 5): the cache's batch and slot axes sit one further
+  right behind the layer axis."""
   unrolled, scanned = _pair()
   rng = np.random.default_rng(2)
   prompts = [list(rng.integers(1, V, n)) for n in (5, 9, 3, 7)]
-  tokens, mask = left_pad(prompts, 0, bucket=8)
+  tokens, mask = left_pad(prompts + prompts[:2], 0, bucket=8)
   cfg = SamplingConfig(max_new_tokens=10, greedy=True)
-  kw = dict(rng=jax.random.key(0), cfg=cfg, pad_id=0, prefill_chunk=chunk)
+  kw = dict(rng=jax.random.key(0), cfg=cfg, pad_id=0, prefill_chunk=chunk,
+            decode_segment=segment)
   a, b = sample(unrolled, tokens, mask, **kw), sample(scanned, tokens, mask, **kw)
   np.testing.assert_array_equal(b.tokens_BxN, a.tokens_BxN)
   np.testing.assert_allclose(b.logprobs_BxN, a.logprobs_BxN, rtol=1e-5, atol=1e-5)
