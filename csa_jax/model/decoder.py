@@ -261,10 +261,15 @@ class Decoder(nnx.Module):
   def hidden_states(self, tokens_BxT: jax.Array, *,
                     positions_BxT: jax.Array | None = None,
                     attention_mask_BxT: jax.Array | None = None,
+                    segment_ids_BxT: jax.Array | None = None,
                     at_BxK: jax.Array | None = None) -> jax.Array:
     """The last layer's output after the final norm, [B, T, D] (or [B, K, D] at
     positions at_BxK), in the compute dtype: what the LM head reads, and what a
-    value or progress head on top of the policy reads (SPA-RL's estimator)."""
+    value or progress head on top of the policy reads (SPA-RL's estimator).
+
+    segment_ids_BxT (packed rows, csa_jax/data.py): a query attends only keys of its
+    own segment (a block-diagonal causal mask); pass positions that restart per segment.
+    """
     if attention_mask_BxT is None:
       attention_mask_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
     valid_BxT = attention_mask_BxT.astype(bool)
@@ -273,6 +278,8 @@ class Decoder(nnx.Module):
     t = tokens_BxT.shape[1]
     causal_TxT = jnp.tril(jnp.ones((t, t), bool))
     mask_BxTxT = causal_TxT[None] & valid_BxT[:, None, :]
+    if segment_ids_BxT is not None:
+      mask_BxTxT &= segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
     x, _ = self._layers(tokens_BxT, positions_BxT, mask_BxTxT, None, None)
     if at_BxK is not None:
       x = jnp.take_along_axis(x, at_BxK[..., None].astype(jnp.int32), axis=1)
@@ -327,6 +334,10 @@ class Decoder(nnx.Module):
     new_cache = None if cache is None else KVCache(k=tuple(new_k),
                                                    v=tuple(new_v))
     return x, new_cache
+
+  def logits(self, x_BxTxD: jax.Array) -> jax.Array:
+    """The LM head on hidden states of `hidden_states` (any leading shape [..., D])."""
+    return self._logits(x_BxTxD)
 
   def _logits(self, x_BxTxD):
     # float32 accumulation: log-probs of sampled tokens feed the PPO ratio.
