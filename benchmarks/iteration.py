@@ -5,7 +5,7 @@
 
 For each family (the quickstart's TWX coin and ALFWorld tiny, both cut down to a few tasks
 per iteration), one short SFT run, then three RL runs from it (`sft.init_from`), all in
-this process, in this order:
+this process, in this order (a rerun with the same --workdir reuses the SFT run):
 
   unpacked   optim.pack_rows=false, rollout.overlap=false (the reference)
   packed     optim.pack_rows=true
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 
@@ -72,6 +73,7 @@ def run_family(name: str, iterations: int, root: str) -> dict[str, dict[str, flo
   out = {}
   for label, extra in RUNS:
     work = os.path.join(root, f"{name}_{label}")
+    shutil.rmtree(work, ignore_errors=True)  # a rerun in the same --workdir starts afresh
     t0 = time.perf_counter()
     Trainer(config(exp, [*sets, *extra, f"sft.init_from={sft}", f"sft.demos_dir={demos}",
                          f"rl_iterations={iterations}"]), work).run()

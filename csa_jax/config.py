@@ -193,8 +193,9 @@ class OptimConfig:
   # row; csa_jax/data.py, `packed_batches`) instead of padding each row to the prompt +
   # action budget. A minibatch holds the same rows either way (algo.minibatch_size rows,
   # sft.batch_size for SFT), so the loss and the optimizer steps are the same; only the
-  # padding, hence the compute, shrinks. The number of sequences per batch is rounded up
-  # to a sixteenth of the rows, so a run compiles a few update shapes, not one.
+  # padding, hence the compute, shrinks. A batch takes the sequences its rows need, rounded
+  # up to one of 8 counts per doubling (data.round_up_count), so a run compiles one update
+  # shape per count it meets (a handful), not one.
   pack_rows: bool = True
   # An update whose loss or gradient is not finite is skipped (parameters and optimizer
   # state unchanged); this many skipped in a row stop the run (0: never stop).

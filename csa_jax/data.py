@@ -37,9 +37,10 @@ BATCH_KEYS = ("inputs", "attn_mask", "act_pos", "targets", "loss_mask", "old_log
 # the micro-batch's, [S * L] sequence slots), targets, loss_mask, old_logp, adv.
 PACKED_KEYS = ("inputs", "attn_mask", "positions", "segment_ids", "act_idx", "targets",
                "loss_mask", "old_logp", "adv")
-# A packed batch's sequence count is rounded up to a multiple of rows / PACK_SHAPES, so a
-# run compiles at most about PACK_SHAPES update shapes per batch size.
-PACK_SHAPES = 16
+# A packed batch's sequence count is rounded up to the next of PACK_STEPS evenly spaced
+# counts per doubling (1..8, then 9, 10, .. 16, 18, 20, .. 32, 36, ...): at most 1/PACK_STEPS
+# of the sequences are rounding, and a run compiles one update shape per count it meets.
+PACK_STEPS = 8
 
 
 def rl_rows(trajs: Sequence[Trajectory], adv_BxGxT: np.ndarray, group_size: int,
@@ -134,24 +135,47 @@ def first_fit(lengths: Sequence[int], capacity: int) -> list[int]:
   return where
 
 
+def _token_lens(rows: Sequence[Row]) -> list[int]:
+  """Input slots each row takes (0 for a row without action tokens: it holds none)."""
+  return [len(r["prompt_ids"]) + len(r["action_ids"]) - 1 if r["action_ids"] else 0
+          for r in rows]
+
+
+def _bins(lens: list[int], seq_len: int, m: int) -> tuple[dict[int, list[int]], int]:
+  """First-fit bins of each micro-batch's rows (rows j, j + m, ...), and the most bins
+  any micro-batch needs (at least 1)."""
+  bins = {j: first_fit(lens[j::m], seq_len) for j in range(m)}
+  return bins, max([max(b, default=-1) + 1 for b in bins.values()] + [1])
+
+
+def round_up_count(n: int, steps: int = PACK_STEPS) -> int:
+  """n rounded up to the next of `steps` evenly spaced counts per doubling (n <= steps
+  stays n)."""
+  if n <= steps:
+    return n
+  step = 2 ** ((n - 1).bit_length() - 1) // steps  # 2^(k-1) < n <= 2^k
+  return -(-n // step) * step
+
+
 def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batches: int = 1,
-              granule: int = 1) -> dict[str, np.ndarray]:
+              seqs_per_micro: int = 0) -> dict[str, np.ndarray]:
   """One packed batch (PACKED_KEYS) of `rows`; rows without action tokens hold no tokens.
 
   Row r belongs to micro-batch r % micro_batches and its tokens go into that micro-batch's
   sequences, which are batch sequences j, j + m, ... (the slices of
   train_step.value_and_grad_micro), so each micro-batch is a packed batch of its own rows.
-  Sequences per micro-batch: the most any needs, rounded up to a multiple of `granule`.
+  Sequences per micro-batch: `seqs_per_micro`, or (0) the most any needs, rounded up by
+  `round_up_count`.
   """
   m, n_rows = micro_batches, len(rows)
   if n_rows % m:
     raise ValueError(f"{n_rows} rows do not split into {m} micro-batches")
   arrays = [row_arrays(r, seq_len, action_len) for r in rows]
-  lens = [len(r["prompt_ids"]) + len(r["action_ids"]) - 1 if r["action_ids"] else 0
-          for r in rows]
-  bins = {j: first_fit([lens[r] for r in range(j, n_rows, m)], seq_len) for j in range(m)}
-  need = max([max(b, default=-1) + 1 for b in bins.values()] + [1])
-  local = -(-need // granule) * granule
+  lens = _token_lens(rows)
+  bins, need = _bins(lens, seq_len, m)
+  local = seqs_per_micro or round_up_count(need)
+  if local < need:
+    raise ValueError(f"the rows need {need} sequences per micro-batch, {local} given")
   s = local * m
   out = {k: np.zeros((s, seq_len), np.int32)
          for k in ("inputs", "attn_mask", "positions", "segment_ids")}
@@ -180,18 +204,18 @@ def packed_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action
                    pad_id: int, seed: int, epochs: int = 1, micro_batches: int = 1
                    ) -> grain.MapDataset:
   """`batches` packed: the same rows in the same minibatches (the same padding rows,
-  shuffle and repeat), each minibatch laid out by `pack_rows`."""
+  shuffle and repeat), each minibatch laid out by `pack_rows` in as many sequences as it
+  needs, rounded up by `round_up_count` (a partly empty minibatch takes fewer)."""
   if not rows:
     raise ValueError("no training rows")
   rows = list(rows)
   rows += [_empty_row(pad_id)] * (-len(rows) % batch_size)
-  granule = max(1, -(-batch_size // (micro_batches * PACK_SHAPES)))
   return (grain.MapDataset.source(rows)
           .shuffle(seed=seed)
           .repeat(epochs)
           .batch(batch_size, drop_remainder=True, batch_fn=list)
           .map(lambda mb: pack_rows(mb, seq_len=seq_len, action_len=action_len,
-                                    micro_batches=micro_batches, granule=granule)))
+                                    micro_batches=micro_batches)))
 
 
 def token_counts(batch: dict[str, np.ndarray]) -> tuple[int, int]:

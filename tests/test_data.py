@@ -171,3 +171,13 @@ def test_packing_is_deterministic():
   for a, b in zip(one, two, strict=True):
     for k in D.PACKED_KEYS:
       np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_round_up_count_against_a_loop():
+  """The smallest count >= n among 1..8 and, per doubling above, 8 evenly spaced ones."""
+  ladder = sorted({k for k in range(1, 9)} | {2 ** e + j * 2 ** e // 8 for e in range(3, 10)
+                                               for j in range(1, 9)})
+  for n in range(1, 600):
+    want = min(k for k in ladder if k >= n)
+    assert D.round_up_count(n) == want, n
+    assert (want - n) / n < 1 / 8
