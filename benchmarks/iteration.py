@@ -15,8 +15,10 @@ and prints, from each run's `perf/` metrics averaged over its iterations after t
 (which compiles): the share of the iteration per phase, generated tokens/s, the padding
 fractions of the sampler's prompt and generated-token slots and of the training rows, the
 update time, and the rollout time (environment + prompts + sampling). The packing gain is
-`unpacked / packed` update time; the overlap gain is `packed / overlap` rollout time. With
-overlap the sampler's key stream differs (rollout.overlap), so the episodes differ in detail.
+`unpacked / packed` update time. The machine's load moves between runs, so the overlap gain
+is measured apart: rollouts alone from the SFT policy, serial and overlapped in turn, per
+environment step (with overlap the sampler's key stream differs, rollout.overlap, so the
+episodes differ in detail).
 
 The sampler runs prefill and decode in one jitted call; the prefill's share of it is
 measured here apart: the same sampler on a batch of full-budget prompts with a one-token
@@ -26,6 +28,7 @@ budget (prefill and one decode step) against the full action budget.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -38,10 +41,14 @@ import numpy as np
 import experiments
 from csa_jax import metrics as M
 from csa_jax import perf as perf_lib
+from csa_jax import rollout as rollout_lib
 from csa_jax import sampling
+from csa_jax.checkpoint import Checkpointer
 from csa_jax.config import apply_overrides
 from csa_jax.model import Decoder
-from csa_jax.trainer import Trainer
+from csa_jax.tokenizer import Tokenizer
+from csa_jax.trainer import SamplerPolicy, Trainer
+from environments.pool import EnvPool
 from flax import nnx
 
 FAMILIES = {
@@ -85,6 +92,37 @@ def run_family(name: str, iterations: int, root: str) -> dict[str, dict[str, flo
   return out
 
 
+def overlap_gain(exp: str, sets: list[str], sft_dir: str, reps: int) -> dict[str, float]:
+  """The rollout alone, serial and overlapped in turn (reps x ABAB, after one untimed
+  round each that compiles), from the SFT policy on the same tasks with the same sampler
+  key per round: medians of wall seconds per environment step (the machine's load moves
+  between whole runs, so a comparison of two runs says little)."""
+  c = config(exp, sets)
+  r = c.rollout
+  tok = Tokenizer.load(os.path.join(sft_dir, "tokenizer.json"))
+  graphdef, params = nnx.split(Decoder(c.model, rngs=nnx.Rngs(0)), nnx.Param)
+  ckpt = Checkpointer(os.path.join(sft_dir, "sft"), max_to_keep=1)
+  params, _ = ckpt.restore(params)
+  ckpt.close()
+  fmt = rollout_lib.PromptFormat(action_format=r.action_format)
+  tasks = [(c.env.train_split, i) for i in range(r.tasks_per_iter) for _ in range(r.group_size)]
+  per_step = {False: [], True: []}
+  with EnvPool(c.env.name, dict(c.env.kwargs), r.num_envs, backend=c.env.pool_backend,
+               step_timeout_s=r.step_timeout_s) as pool:
+    for k in range(reps + 1):
+      for overlap in (False, True):
+        policy = SamplerPolicy(graphdef, lambda: params, tok, c, greedy=False,
+                               key=jax.random.key(k))
+        t0 = time.perf_counter()
+        trajs = rollout_lib.run_episodes(pool, policy, tok, tasks,
+                                         dataclasses.replace(r, overlap=overlap),
+                                         np.random.default_rng(0), fmt=fmt)
+        if k:  # round 0 compiles
+          per_step[overlap].append((time.perf_counter() - t0) / sum(t.length for t in trajs))
+  serial, over = float(np.median(per_step[False])), float(np.median(per_step[True]))
+  return {"serial_ms": 1e3 * serial, "overlap_ms": 1e3 * over, "gain": serial / over}
+
+
 def prefill_share(exp: str, sets: list[str], reps: int = 3) -> float:
   """Sampling time with a one-token budget / with the full action budget, on num_envs
   full-budget prompts of a fresh model of the family's shape (no stop token drawn)."""
@@ -109,7 +147,8 @@ def prefill_share(exp: str, sets: list[str], reps: int = 3) -> float:
   return timed(1) / timed(c.rollout.max_action_tokens)
 
 
-def report(name: str, res: dict[str, dict[str, float]], prefill: float) -> None:
+def report(name: str, res: dict[str, dict[str, float]], prefill: float,
+           gain: dict[str, float]) -> None:
   print(f"\n== {name}: per iteration, mean over iterations 2.. ==")
   phases = [*perf_lib.PHASES, "other"]
   head = f"{'run':<9} {'iter s':>7} " + " ".join(f"{p[:6]:>6}" for p in phases)
@@ -131,11 +170,11 @@ def report(name: str, res: dict[str, dict[str, float]], prefill: float) -> None:
   print(f"packing: train pad {u['perf/train_pad_frac']:.3f} -> {p['perf/train_pad_frac']:.3f}, "
         f"update {u['perf/update_s']:.2f} s -> {p['perf/update_s']:.2f} s "
         f"({u['perf/update_s'] / p['perf/update_s']:.2f}x)")
-  print(f"overlap: rollout {p['perf/rollout_s']:.2f} s -> {o['perf/rollout_s']:.2f} s "
-        f"({p['perf/rollout_s'] / o['perf/rollout_s']:.2f}x), per env step "
+  print(f"overlap (whole runs): rollout per env step "
         f"{1e3 * p['perf/rollout_s'] / p['rollout/env_steps']:.1f} ms -> "
-        f"{1e3 * o['perf/rollout_s'] / o['rollout/env_steps']:.1f} ms "
-        f"({(p['perf/rollout_s'] / p['rollout/env_steps']) / (o['perf/rollout_s'] / o['rollout/env_steps']):.2f}x)")
+        f"{1e3 * o['perf/rollout_s'] / o['rollout/env_steps']:.1f} ms")
+  print(f"overlap (rollouts alone, alternated): {gain['serial_ms']:.1f} ms -> "
+        f"{gain['overlap_ms']:.1f} ms per env step ({gain['gain']:.2f}x)")
 
 
 def main():
@@ -143,15 +182,18 @@ def main():
   ap.add_argument("--family", choices=[*FAMILIES, "both"], default="both")
   ap.add_argument("--iterations", type=int, default=4)
   ap.add_argument("--workdir", default="")
+  ap.add_argument("--overlap-reps", type=int, default=3)
   args = ap.parse_args()
   root = args.workdir or tempfile.mkdtemp(prefix="iteration_bench_")
   names = list(FAMILIES) if args.family == "both" else [args.family]
   results = {}
   for name in names:
-    results[name] = (run_family(name, args.iterations, root),
-                     prefill_share(FAMILIES[name][0], FAMILIES[name][1]))
-  for name, (res, prefill) in results.items():
-    report(name, res, prefill)
+    exp, sets = FAMILIES[name]
+    results[name] = (run_family(name, args.iterations, root), prefill_share(exp, sets),
+                     overlap_gain(exp, sets, os.path.join(root, f"{name}_sft"),
+                                  args.overlap_reps))
+  for name, (res, prefill, gain) in results.items():
+    report(name, res, prefill, gain)
 
 
 if __name__ == "__main__":

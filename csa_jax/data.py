@@ -165,7 +165,7 @@ def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batch
   sequences, which are batch sequences j, j + m, ... (the slices of
   train_step.value_and_grad_micro), so each micro-batch is a packed batch of its own rows.
   Sequences per micro-batch: `seqs_per_micro`, or (0) the most any needs, rounded up by
-  `round_up_count`.
+  `round_up_count` but at most its rows.
   """
   m, n_rows = micro_batches, len(rows)
   if n_rows % m:
@@ -173,7 +173,8 @@ def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batch
   arrays = [row_arrays(r, seq_len, action_len) for r in rows]
   lens = _token_lens(rows)
   bins, need = _bins(lens, seq_len, m)
-  local = seqs_per_micro or round_up_count(need)
+  # Never more sequences than rows (one row each always fits): the unpacked shape bounds it.
+  local = seqs_per_micro or min(round_up_count(need), n_rows // m)
   if local < need:
     raise ValueError(f"the rows need {need} sequences per micro-batch, {local} given")
   s = local * m
