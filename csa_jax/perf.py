@@ -17,8 +17,8 @@ spans measured with `time.perf_counter` on the host:
               iteration's line is written, so it is reported with the next one)
 
 With `rollout.overlap` the environment steps of one half of the slots run while the
-device samples for the other, so `sample` is then the time the host waited for tokens,
-not the device's busy time, and env + sample is less than the rollout's wall time saved.
+device samples for the other, so `sample` is then the time the host waited for tokens
+(the device's busy time minus what hid behind environment steps).
 
 Counters give the padding fractions: sampler prompt rows (pad slots / all slots of the
 prompt batches, dummy prompts of finished slots counted as padding), generated-token
