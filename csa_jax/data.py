@@ -19,6 +19,7 @@ prediction is read. The loss is therefore the same function of the same rows.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator, Sequence
 
 import grain
@@ -158,14 +159,15 @@ def round_up_count(n: int, steps: int = PACK_STEPS) -> int:
 
 
 def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batches: int = 1,
-              seqs_per_micro: int = 0) -> dict[str, np.ndarray]:
+              seqs_per_micro: int = 0, seq_multiple: int = 1) -> dict[str, np.ndarray]:
   """One packed batch (PACKED_KEYS) of `rows`; rows without action tokens hold no tokens.
 
   Row r belongs to micro-batch r % micro_batches and its tokens go into that micro-batch's
   sequences, which are batch sequences j, j + m, ... (the slices of
   train_step.value_and_grad_micro), so each micro-batch is a packed batch of its own rows.
   Sequences per micro-batch: `seqs_per_micro`, or (0) the most any needs, rounded up by
-  `round_up_count` but at most its rows.
+  `round_up_count` but at most its rows; then up so that the batch's sequence count is a
+  multiple of `seq_multiple` (the mesh's data axis shards it).
   """
   m, n_rows = micro_batches, len(rows)
   if n_rows % m:
@@ -175,6 +177,8 @@ def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batch
   bins, need = _bins(lens, seq_len, m)
   # Never more sequences than rows (one row each always fits): the unpacked shape bounds it.
   local = seqs_per_micro or min(round_up_count(need), n_rows // m)
+  q = seq_multiple // math.gcd(m, seq_multiple)
+  local = -(-local // q) * q
   if local < need:
     raise ValueError(f"the rows need {need} sequences per micro-batch, {local} given")
   s = local * m
@@ -202,8 +206,8 @@ def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batch
 
 
 def packed_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: int,
-                   pad_id: int, seed: int, epochs: int = 1, micro_batches: int = 1
-                   ) -> grain.MapDataset:
+                   pad_id: int, seed: int, epochs: int = 1, micro_batches: int = 1,
+                   seq_multiple: int = 1) -> grain.MapDataset:
   """`batches` packed: the same rows in the same minibatches (the same padding rows,
   shuffle and repeat), each minibatch laid out by `pack_rows` in as many sequences as it
   needs, rounded up by `round_up_count` (a partly empty minibatch takes fewer)."""
@@ -216,7 +220,7 @@ def packed_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action
           .repeat(epochs)
           .batch(batch_size, drop_remainder=True, batch_fn=list)
           .map(lambda mb: pack_rows(mb, seq_len=seq_len, action_len=action_len,
-                                    micro_batches=micro_batches)))
+                                    micro_batches=micro_batches, seq_multiple=seq_multiple)))
 
 
 def token_counts(batch: dict[str, np.ndarray]) -> tuple[int, int]:

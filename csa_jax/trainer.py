@@ -356,7 +356,7 @@ class Trainer:
               action_len=r.max_action_tokens, pad_id=self.tok.pad_id, seed=seed, epochs=epochs)
     if self.cfg.optim.pack_rows:  # the same rows per batch, packed (optim.pack_rows)
       return data_lib.packed_batches(rows, micro_batches=micro_batches(self.cfg.optim, batch_size),
-                                     **kw)
+                                     seq_multiple=self.mesh.shape["data"], **kw)
     return data_lib.batches(rows, **kw)
 
   def _to_device(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:

@@ -181,3 +181,10 @@ def test_round_up_count_against_a_loop():
     want = min(k for k in ladder if k >= n)
     assert D.round_up_count(n) == want, n
     assert (want - n) / n < 1 / 8
+
+
+def test_packed_sequence_count_is_a_multiple_of_the_data_axis():
+  rows = _rows(np.random.default_rng(3), 12)
+  for m, d in ((1, 4), (2, 4), (2, 3)):
+    b = D.pack_rows(rows, seq_len=14, action_len=3, micro_batches=m, seq_multiple=d)
+    assert b["inputs"].shape[0] % d == 0 and b["inputs"].shape[0] % m == 0
