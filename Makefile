@@ -45,6 +45,6 @@ test: $(VENV)/.test-stamp sysdeps
 test-slow: $(VENV)/.test-stamp sysdeps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow $(PYTEST_ARGS)
 
-BENCHMARKS ?= advantages sampler train_step algorithms envpool alfworld_speed scienceworld_speed webshop_speed virtualhome_speed taubench_speed swe_speed
+BENCHMARKS ?= advantages sampler train_step algorithms iteration envpool alfworld_speed scienceworld_speed webshop_speed virtualhome_speed taubench_speed swe_speed
 bench: $(VENV)/.test-stamp
 	for b in $(BENCHMARKS); do echo "== $$b"; PYTHONPATH=. $(BIN)/python -m benchmarks.$$b || exit 1; done

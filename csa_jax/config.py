@@ -72,6 +72,13 @@ class RolloutConfig:
   # Prompt rows per prefill pass of the sampler (0: all num_envs at once): a long prompt's
   # attention scores are what a big model's sampling runs out of memory on.
   prefill_chunk: int = 0
+  # Overlap environment steps with sampling: the wave's slots play in two halves, and the
+  # host steps one half's environments while the device samples for the other
+  # (csa_jax/rollout.py, `_play_overlapped`). Episodes follow the same rules; the sampler's
+  # key stream is split into twice as many calls of half the rows, so a seed draws other
+  # actions than with overlap off. Pays where environment steps are slow (ALFWorld,
+  # ScienceWorld); benchmarks/iteration.py measures it.
+  overlap: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +189,14 @@ class OptimConfig:
   # batch / micro_batch_size slices; csa_jax/train_step.py, `value_and_grad_micro`): what
   # lets long rows of a big model fit. 0: the whole batch in one pass.
   micro_batch_size: int = 0
+  # Pack training rows into fixed-length sequences (first-fit, attention kept within each
+  # row; csa_jax/data.py, `packed_batches`) instead of padding each row to the prompt +
+  # action budget. A minibatch holds the same rows either way (algo.minibatch_size rows,
+  # sft.batch_size for SFT), so the loss and the optimizer steps are the same; only the
+  # padding, hence the compute, shrinks. A batch takes the sequences its rows need, rounded
+  # up to one of 8 counts per doubling (data.round_up_count), so a run compiles one update
+  # shape per count it meets (a handful), not one.
+  pack_rows: bool = True
   # An update whose loss or gradient is not finite is skipped (parameters and optimizer
   # state unchanged); this many skipped in a row stop the run (0: never stop).
   max_nonfinite_in_a_row: int = 3
@@ -357,9 +372,12 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (r.logp_reduce in ("sum", "mean"), "rollout.logp_reduce must be 'sum' or 'mean'"),
       (r.anchor in ("state", "faithful"), "rollout.anchor must be 'state' or 'faithful'"),
       (r.action_format in ("bare", "think"), "rollout.action_format must be 'bare' or 'think'"),
-      (r.prefill_chunk >= 0 and (not r.prefill_chunk or r.num_envs % r.prefill_chunk == 0),
-       f"rollout.prefill_chunk={r.prefill_chunk} must divide rollout.num_envs "
-       f"({r.num_envs}) (0: off)"),
+      (r.prefill_chunk >= 0 and (not r.prefill_chunk or sampler_rows(r) % r.prefill_chunk == 0),
+       f"rollout.prefill_chunk={r.prefill_chunk} must divide the sampler's rows per call "
+       f"({sampler_rows(r)}: rollout.num_envs, halved rounding up with rollout.overlap) "
+       "(0: off)"),
+      (isinstance(r.overlap, bool), "rollout.overlap must be true or false"),
+      (isinstance(cfg.optim.pack_rows, bool), "optim.pack_rows must be true or false"),
       (cfg.model_path or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
        f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
@@ -409,6 +427,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if not ok:
       raise ConfigError(msg)
   return cfg
+
+
+def sampler_rows(r: RolloutConfig) -> int:
+  """Prompts per sampler call: every env slot, or one half of them with overlap."""
+  return -(-r.num_envs // 2) if r.overlap and r.num_envs >= 2 else r.num_envs
 
 
 def micro_batches(optim: "OptimConfig", batch_size: int) -> int:

@@ -7,10 +7,19 @@ rows are the same with the expert's action, advantage 1 and no old log-probs.
 
 Every row becomes arrays of fixed lengths (L inputs, A action tokens), and the row count is padded to whole
 batches with rows whose loss mask is 0, so the jitted update compiles once.
+
+Packing (`packed_batches`, optim.pack_rows): a minibatch holds the same rows, but their
+tokens are laid first-fit into S sequences of L slots, several rows to a sequence, with
+segment ids (attention stays within a row: a block-diagonal causal mask) and positions
+restarting at 0 in each row, so every row sees exactly what it sees alone. The per-row
+arrays ([R, A]: targets, loss mask, old log-probs, advantages) are those of the unpacked
+batch; `act_idx` says where in the flattened [S * L] sequence slots each action token's
+prediction is read. The loss is therefore the same function of the same rows.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator, Sequence
 
 import grain
@@ -24,6 +33,15 @@ Row = dict[str, Any]
 # act_pos (the input position whose next token is action token a), targets, loss_mask,
 # old_logp, adv. The update computes logits at act_pos alone.
 BATCH_KEYS = ("inputs", "attn_mask", "act_pos", "targets", "loss_mask", "old_logp", "adv")
+# A packed batch: [S, L] inputs, attn_mask, positions, segment_ids (0 on padding, 1, 2, ...
+# for the rows of a sequence); [R, A] act_idx (flat slot in the batch's, or with micro-batches
+# the micro-batch's, [S * L] sequence slots), targets, loss_mask, old_logp, adv.
+PACKED_KEYS = ("inputs", "attn_mask", "positions", "segment_ids", "act_idx", "targets",
+               "loss_mask", "old_logp", "adv")
+# A packed batch's sequence count is rounded up to the next of PACK_STEPS evenly spaced
+# counts per doubling (1..8, then 9, 10, .. 16, 18, 20, .. 32, 36, ...): at most 1/PACK_STEPS
+# of the sequences are rounding, and a run compiles one update shape per count it meets.
+PACK_STEPS = 8
 
 
 def rl_rows(trajs: Sequence[Trajectory], adv_BxGxT: np.ndarray, group_size: int,
@@ -96,6 +114,122 @@ def batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: i
           .repeat(epochs)
           .map(lambda r: row_arrays(r, seq_len, action_len))
           .batch(batch_size, drop_remainder=True))
+
+
+def first_fit(lengths: Sequence[int], capacity: int) -> list[int]:
+  """First-fit decreasing: the bin of each item (longest first, ties in input order, each
+  into the first bin with room), so the result depends on the lengths alone."""
+  order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+  room: list[int] = []
+  where = [0] * len(lengths)
+  for i in order:
+    if lengths[i] > capacity:
+      raise ValueError(f"an item of {lengths[i]} does not fit a bin of {capacity}")
+    for b, free in enumerate(room):
+      if lengths[i] <= free:
+        break
+    else:
+      b = len(room)
+      room.append(capacity)
+    room[b] -= lengths[i]
+    where[i] = b
+  return where
+
+
+def _token_lens(rows: Sequence[Row]) -> list[int]:
+  """Input slots each row takes (0 for a row without action tokens: it holds none)."""
+  return [len(r["prompt_ids"]) + len(r["action_ids"]) - 1 if r["action_ids"] else 0
+          for r in rows]
+
+
+def _bins(lens: list[int], seq_len: int, m: int) -> tuple[dict[int, list[int]], int]:
+  """First-fit bins of each micro-batch's rows (rows j, j + m, ...), and the most bins
+  any micro-batch needs (at least 1)."""
+  bins = {j: first_fit(lens[j::m], seq_len) for j in range(m)}
+  return bins, max([max(b, default=-1) + 1 for b in bins.values()] + [1])
+
+
+def round_up_count(n: int, steps: int = PACK_STEPS) -> int:
+  """n rounded up to the next of `steps` evenly spaced counts per doubling (n <= steps
+  stays n)."""
+  if n <= steps:
+    return n
+  step = 2 ** ((n - 1).bit_length() - 1) // steps  # 2^(k-1) < n <= 2^k
+  return -(-n // step) * step
+
+
+def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batches: int = 1,
+              seqs_per_micro: int = 0, seq_multiple: int = 1) -> dict[str, np.ndarray]:
+  """One packed batch (PACKED_KEYS) of `rows`; rows without action tokens hold no tokens.
+
+  Row r belongs to micro-batch r % micro_batches and its tokens go into that micro-batch's
+  sequences, which are batch sequences j, j + m, ... (the slices of
+  train_step.value_and_grad_micro), so each micro-batch is a packed batch of its own rows.
+  Sequences per micro-batch: `seqs_per_micro`, or (0) the most any needs, rounded up by
+  `round_up_count` but at most its rows; then up so that the batch's sequence count is a
+  multiple of `seq_multiple` (the mesh's data axis shards it).
+  """
+  m, n_rows = micro_batches, len(rows)
+  if n_rows % m:
+    raise ValueError(f"{n_rows} rows do not split into {m} micro-batches")
+  arrays = [row_arrays(r, seq_len, action_len) for r in rows]
+  lens = _token_lens(rows)
+  bins, need = _bins(lens, seq_len, m)
+  # Never more sequences than rows (one row each always fits): the unpacked shape bounds it.
+  local = seqs_per_micro or min(round_up_count(need), n_rows // m)
+  q = seq_multiple // math.gcd(m, seq_multiple)
+  local = -(-local // q) * q
+  if local < need:
+    raise ValueError(f"the rows need {need} sequences per micro-batch, {local} given")
+  s = local * m
+  out = {k: np.zeros((s, seq_len), np.int32)
+         for k in ("inputs", "attn_mask", "positions", "segment_ids")}
+  out["act_idx"] = np.zeros((n_rows, action_len), np.int32)
+  for k in ("targets", "loss_mask", "old_logp", "adv"):
+    out[k] = np.stack([a[k] for a in arrays])
+  fill = [0] * s
+  for j in range(m):
+    for q, b in enumerate(bins[j]):
+      r = j + q * m
+      if not lens[r]:
+        continue
+      seq, start, n = b * m + j, fill[b * m + j], lens[r]
+      fill[seq] += n
+      sl = slice(start, start + n)
+      out["inputs"][seq, sl] = arrays[r]["inputs"][:n]
+      out["attn_mask"][seq, sl] = 1
+      out["positions"][seq, sl] = np.arange(n)
+      out["segment_ids"][seq, sl] = out["segment_ids"][seq].max() + 1
+      a = len(rows[r]["action_ids"])
+      out["act_idx"][r, :a] = b * seq_len + start + arrays[r]["act_pos"][:a]
+  return out
+
+
+def packed_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: int,
+                   pad_id: int, seed: int, epochs: int = 1, micro_batches: int = 1,
+                   seq_multiple: int = 1) -> grain.MapDataset:
+  """`batches` packed: the same rows in the same minibatches (the same padding rows,
+  shuffle and repeat), each minibatch laid out by `pack_rows` in as many sequences as it
+  needs, rounded up by `round_up_count` (a partly empty minibatch takes fewer)."""
+  if not rows:
+    raise ValueError("no training rows")
+  rows = list(rows)
+  rows += [empty_row(pad_id)] * (-len(rows) % batch_size)
+  return (grain.MapDataset.source(rows)
+          .shuffle(seed=seed)
+          .repeat(epochs)
+          .batch(batch_size, drop_remainder=True, batch_fn=list)
+          .map(lambda mb: pack_rows(mb, seq_len=seq_len, action_len=action_len,
+                                    micro_batches=micro_batches, seq_multiple=seq_multiple)))
+
+
+def token_counts(batch: dict[str, np.ndarray]) -> tuple[int, int]:
+  """(tokens of real rows, all token slots) of a batch, packed or not: a padding row of an
+  unpacked batch holds one pad token that counts as padding."""
+  mask = batch["attn_mask"]
+  if "segment_ids" in batch:
+    return int(mask.sum()), mask.size
+  return int(mask[batch["loss_mask"].any(-1)].sum()), mask.size
 
 
 def iterate(ds: grain.MapDataset) -> Iterator[dict[str, np.ndarray]]:

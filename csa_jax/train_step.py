@@ -49,10 +49,18 @@ def init_state(params, tx: optax.GradientTransformation) -> TrainState:
 
 
 def _logits(graphdef, params, batch: Batch) -> jax.Array:
-  """Logits [N, A, V] at the positions that predict action tokens."""
+  """Logits [N, A, V] at the positions that predict action tokens; for a packed batch
+  (csa_jax/data.py, `segment_ids` present) at its act_idx slots of the flattened
+  [S * L] sequences, [R, A, V] in row order: the same arrays as the rows unpacked."""
   model = nnx.merge(graphdef, params)
-  return model(batch["inputs"], attention_mask_BxT=batch["attn_mask"],
-               logit_positions_BxK=batch["act_pos"])
+  if "segment_ids" not in batch:
+    return model(batch["inputs"], attention_mask_BxT=batch["attn_mask"],
+                 logit_positions_BxK=batch["act_pos"])
+  x_SxLxD = model.hidden_states(batch["inputs"], positions_BxT=batch["positions"],
+                                attention_mask_BxT=batch["attn_mask"],
+                                segment_ids_BxT=batch["segment_ids"])
+  x_RxAxD = jnp.take(x_SxLxD.reshape(-1, x_SxLxD.shape[-1]), batch["act_idx"], axis=0)
+  return model.logits(x_RxAxD)
 
 
 def apply_update(tx, state: TrainState, loss, grads, metrics) -> tuple[TrainState, dict]:
@@ -89,10 +97,14 @@ def value_and_grad_micro(loss_fn, params, batch: Batch, *extra, micro_batches: i
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   if micro_batches == 1:
     return grad_fn(params, batch, *extra)
-  n = next(iter(batch.values())).shape[0]
-  if n % micro_batches:
-    raise ValueError(f"a batch of {n} rows does not split into {micro_batches} micro-batches")
-  sliced = {k: jnp.moveaxis(v.reshape(n // micro_batches, micro_batches, *v.shape[1:]), 1, 0)
+  # Each array is sliced along its own first axis (a packed batch has S sequences and R
+  # rows; data.pack_rows lays out each slice's rows in that slice's sequences).
+  for k, v in batch.items():
+    if v.shape[0] % micro_batches:
+      raise ValueError(f"{k}: a batch of {v.shape[0]} rows does not split into "
+                       f"{micro_batches} micro-batches")
+  sliced = {k: jnp.moveaxis(v.reshape(v.shape[0] // micro_batches, micro_batches,
+                                      *v.shape[1:]), 1, 0)
             for k, v in batch.items()}
 
   def body(acc, mb):

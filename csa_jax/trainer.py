@@ -31,6 +31,7 @@ from csa_jax import data as data_lib
 from csa_jax import distributed as dist
 from csa_jax import mesh as mesh_lib
 from csa_jax import metrics as metrics_lib
+from csa_jax import perf as perf_lib
 from csa_jax import rollout as rollout_lib
 from csa_jax import sampling
 from csa_jax import train_step as ts
@@ -106,6 +107,12 @@ class SamplerPolicy:
     self.key = key
 
   def __call__(self, prompts: list[list[int]], rng: np.random.Generator):
+    return self.collect(self.dispatch(prompts, rng))
+
+  def dispatch(self, prompts: list[list[int]], rng: np.random.Generator
+               ) -> sampling.SampleOutput:
+    """Starts sampling and returns at once (JAX dispatch is asynchronous): the arrays
+    are ready when `collect` reads them (rollout.overlap steps environments meanwhile)."""
     del rng  # the sampler's randomness comes from its own jax key stream
     # Widths in powers of two up to the prompt budget: short prompts do not pay for the
     # whole budget, and a run compiles a handful of shapes.
@@ -113,13 +120,16 @@ class SamplerPolicy:
     tokens, mask = sampling.left_pad(prompts, self._tok.pad_id, bucket=width)
     self.key, sub = jax.random.split(self.key)
     model = nnx.merge(self._graphdef, self._get_params())
-    out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
-                          cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
-                          prefill_chunk=self._prefill_chunk)
+    return sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
+                           cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
+                           prefill_chunk=self._prefill_chunk)
+
+  @staticmethod
+  def collect(out: sampling.SampleOutput) -> tuple[list[list[int]], list[list[float]]]:
     ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
                         np.asarray(out.lengths_B))
-    return ([ids[i, :lens[i]].tolist() for i in range(len(prompts))],
-            [logps[i, :lens[i]].tolist() for i in range(len(prompts))])
+    return ([ids[i, :lens[i]].tolist() for i in range(len(lens))],
+            [logps[i, :lens[i]].tolist() for i in range(len(lens))])
 
   # The key as JSON (the checkpoint's meta) and back.
   def key_state(self) -> list[int]:
@@ -267,6 +277,7 @@ class Trainer:
     self.summary: dict[str, Any] = {}
     self.guard = NonFiniteGuard(c.optim.max_nonfinite_in_a_row)
     self.stop = StopOnSignal()
+    self.perf = perf_lib.Timer()  # where each RL iteration's time goes (perf/ metrics)
 
   # -- set-up --------------------------------------------------------------------------
 
@@ -357,9 +368,10 @@ class Trainer:
     tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
     state = ts.init_state(params, tx)
     step = ts.make_sft_step(graphdef, tx, micro_batches(c.optim, c.sft.batch_size))
-    metrics = {}
+    metrics, tokens = {}, np.zeros(2)
     with tqdm(total=len(ds), desc="sft", unit="batch") as bar:
       for i, batch in enumerate(data_lib.iterate(ds)):
+        tokens += data_lib.token_counts(batch)
         state, metrics = step(state, self._to_device(batch))
         self.guard.observe(metrics, f"SFT batch {i + 1}")
         requested = dist.agree_stop(self.stop.requested)
@@ -368,17 +380,22 @@ class Trainer:
         bar.update()
         bar.set_postfix(nll=f"{float(metrics['nll']):.3f}")
     self.writer.write(0, {f"sft/{k}": float(v) for k, v in metrics.items()} |
-                      {"sft/rows": len(rows), "sft/demos": len(records)})
+                      {"sft/rows": len(rows), "sft/demos": len(records),
+                       "sft/pad_frac": 1.0 - tokens[0] / max(tokens[1], 1)})
     return state.params
 
-  def _batches(self, rows, batch_size: int, *, seed: int, epochs: int):
-    """Fixed-shape batches: inputs as long as prompt + action budgets, one action slot
-    per possible action token (the same shapes for SFT and RL, so one compile each)."""
+  def _batches(self, rows, batch_size: int, *, seed: int, epochs: int,
+               pack: bool | None = None):
+    """Batches of `batch_size` rows: inputs as long as prompt + action budgets, one action
+    slot per possible action token; packed (`pack`, default optim.pack_rows) into a few
+    sequence counts of that length, else one row per sequence (one shape)."""
     r = self.cfg.rollout
-    return data_lib.batches(rows, batch_size=batch_size,
-                            seq_len=r.max_prompt_tokens + r.max_action_tokens,
-                            action_len=r.max_action_tokens, pad_id=self.tok.pad_id,
-                            seed=seed, epochs=epochs)
+    kw = dict(batch_size=batch_size, seq_len=r.max_prompt_tokens + r.max_action_tokens,
+              action_len=r.max_action_tokens, pad_id=self.tok.pad_id, seed=seed, epochs=epochs)
+    if self.cfg.optim.pack_rows if pack is None else pack:  # the same rows per batch, packed
+      return data_lib.packed_batches(rows, micro_batches=micro_batches(self.cfg.optim, batch_size),
+                                     seq_multiple=self.mesh.shape["data"], **kw)
+    return data_lib.batches(rows, **kw)
 
   def _to_device(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     """SFT's batches: the same whole batch in every process."""
@@ -400,7 +417,7 @@ class Trainer:
     target = dist.share_count(r.tasks_per_iter)  # this process's groups
     for _ in range(c.algo.dynamic_sampling_rounds if c.algo.dynamic_sampling else 1):
       trajs = rollout_lib.run_episodes(pool, policy, self.tok, self._sample_tasks(), r,
-                                       self.np_rng, fmt=self.fmt)
+                                       self.np_rng, fmt=self.fmt, perf=self.perf)
       played += sum(t.length for t in trajs)
       groups = [trajs[i:i + r.group_size] for i in range(0, len(trajs), r.group_size)]
       if c.algo.dynamic_sampling:
@@ -418,7 +435,6 @@ class Trainer:
     return flat, arrays, played
 
   def _rl_iteration(self, it, pool, policy, rl_step, state, ref_params):
-    c = self.cfg
     t0 = time.perf_counter()
     trajs, arrays, played = self._collect(pool, policy)
     self.env_steps += dist.count_env_steps(played)
@@ -427,16 +443,15 @@ class Trainer:
     if not trajs:
       return state, m | {"perf/update_skipped": 1.0}
     m |= dist.episode_metrics(trajs, "rollout")
-    t1 = time.perf_counter()
-    prep = self.algo.prepare(self.ctx, it, trajs, arrays, state.params, self.aux)
+    with self.perf.phase("adv"):
+      prep = self.algo.prepare(self.ctx, it, trajs, arrays, state.params, self.aux)
     self.aux = prep.aux
     self.env_steps += dist.count_env_steps(prep.env_steps)
     if dist.multi():  # the update is a collective: it runs unless every process skips
       prep = dataclasses.replace(prep, skip=dist.all_true(prep.skip))
-    # perf/adv_s: the whole prepare (advantages and any auxiliary model work, of which
-    # perf/aux_s is the auxiliary part).
-    m |= prep.metrics | {"perf/adv_s": time.perf_counter() - t1,
-                         "perf/env_steps_total": self.env_steps}
+    # perf/adv_s (self.perf): the whole prepare (advantages and any auxiliary model work,
+    # of which perf/aux_s is the auxiliary part).
+    m |= prep.metrics | {"perf/env_steps_total": self.env_steps}
     if prep.adv_BxGxT is not None:
       adv_BxGxT, act, oracle = dist.gather_steps(prep.adv_BxGxT, arrays.mask_BxGxT,
                                                  arrays.oracle_BxGxT)
@@ -445,8 +460,7 @@ class Trainer:
             "adv/zero_frac": float((adv_BxGxT[act] == 0).mean())}
       m |= metrics_lib.credit_accuracy(adv_BxGxT, oracle, act)
     if prep.skip:
-      return state, m | {"perf/update_skipped": 1.0, "perf/update_s": 0.0}
-    t2 = time.perf_counter()
+      return state, m | {"perf/update_skipped": 1.0}
     skipped = 0
 
     def observe(upd) -> None:  # every policy step passes the host's non-finite guard
@@ -455,7 +469,7 @@ class Trainer:
 
     state, upd = self.algo.update(self.ctx, rl_step, state, prep, it, ref_params, observe)
     m |= {f"loss/{k}": float(v) for k, v in upd.items()}
-    m |= {"perf/update_s": time.perf_counter() - t2, "perf/update_skipped": 0.0,
+    m |= {"perf/update_skipped": 0.0,
           "loss/nonfinite_skipped": skipped, "loss/nonfinite_total": self.guard.total}
     return state, m
 
@@ -587,6 +601,7 @@ class Trainer:
     rl_step = self.algo.make_step(self.ctx)
 
     start = last = int(meta["iteration"])
+    save_s = 0.0  # the save that ended the previous iteration (perf/checkpoint_s)
     with tqdm(total=c.rl_iterations, initial=start, desc=f"rl ({algorithms.label(c.algo)})",
               unit="it") as bar:
       for it in range(start, c.rl_iterations):
@@ -595,19 +610,27 @@ class Trainer:
         requested = dist.agree_stop(self.stop.requested)
         if requested:  # during SFT's evaluation or a resume: `it` is saved
           raise Interrupted(requested, self.ckpt.directory, it)
+        self.perf.reset(checkpoint_s=save_s)
         state, m = self._rl_iteration(it, pool, self.policies["rollout"], rl_step, state,
                                       ref_params)
         live.update(state.params)
         last = it + 1
         if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
-          m |= evaluate_all(f"it {it + 1}")
+          with self.perf.phase("eval"):
+            m |= evaluate_all(f"it {it + 1}")
+        timing = self.perf.metrics()
+        # Environment steps turned into an update, per second of the whole iteration.
+        m |= timing | {"perf/env_steps_per_s": m.get("rollout/env_steps", 0.0)
+                       / max(timing["perf/iteration_s"], 1e-9)}
         self.writer.write(it + 1, m)
         bar.update()
         bar.set_postfix(success=f"{m.get('rollout/success', float('nan')):.2f}",
                         steps=self.env_steps)
         requested = dist.agree_stop(self.stop.requested)
+        save_s = time.perf_counter()
         if (it + 1) % c.checkpoint_every == 0 or requested:
           self._save(it + 1, state, {"phase": "rl", "iteration": it + 1})
+        save_s = time.perf_counter() - save_s
         if requested:
           raise Interrupted(requested, self.ckpt.directory, it + 1)
     if c.rl_iterations > 0 and meta["phase"] != "done":
@@ -651,12 +674,13 @@ class Trainer:
 
     return algorithms.Context(
         cfg=c, graphdef=graphdef, tx=tx, sampling_cfg=sampling_config(c, self.tok, greedy=False),
-        # Each process batches its own rows, as many batches as every other process.
+        # Each process batches its own rows, as many batches as every other process;
+        # their packed layouts would differ, so several processes train on unpacked rows.
         batches=lambda rows, bs, *, seed, epochs: self._batches(
             *dist.local_rows(rows, bs, self.mesh, data_lib.empty_row(self.tok.pad_id)),
-            seed=seed, epochs=epochs),
+            seed=seed, epochs=epochs, pack=self.cfg.optim.pack_rows and not dist.multi()),
         to_device=lambda batch: dist.to_device(batch, self.mesh), pad_id=self.tok.pad_id,
-        play=play, workdir=self.workdir, ref_params=ref_params)
+        play=play, workdir=self.workdir, ref_params=ref_params, perf=self.perf)
 
   def _restore(self, state) -> tuple[Any, dict]:
     # Before any array is read: a checkpoint of another process count is not damage.

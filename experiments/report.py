@@ -216,12 +216,14 @@ def config_value(config: dict[str, Any], key: str) -> Any:
 
 
 def wall_stats(run: Run) -> tuple[float, float]:
-  """Seconds per RL iteration (rollout + advantages + update, evaluations excluded) and
-  the advantage computation's share of them; NaN share where the run did not time it."""
+  """Seconds per RL iteration (rollout + advantages + update, evaluations excluded; the
+  update's batch building is perf/batch_s since csa_jax/perf.py) and the advantage
+  computation's share of them; NaN share where the run did not time it."""
   its = [m for s, m in run.steps.items() if s > 0 and "perf/rollout_s" in m]
   if not its:
     return NAN, NAN
-  parts = np.array([[m.get(k, 0.0) for k in ("perf/rollout_s", "perf/adv_s", "perf/update_s")]
+  parts = np.array([[m.get(k, 0.0) for k in ("perf/rollout_s", "perf/adv_s", "perf/update_s",
+                                             "perf/batch_s")]
                     for m in its], np.float64)
   timed_adv = any("perf/adv_s" in m for m in its) and parts.sum() > 0
   share = float(parts[:, 1].sum() / parts.sum()) if timed_adv else NAN

@@ -54,3 +54,16 @@ def test_registry_lists_and_rejects():
   assert "quickstart" in names and names["quickstart"]
   with pytest.raises(KeyError, match="known: .*quickstart"):
     experiments.get_experiment("no_such_experiment")
+
+
+def test_overlap_halves_the_sampler_rows_prefill_chunk_must_divide(cfg):
+  """rollout.overlap samples ceil(num_envs / 2) prompts per call: a prefill chunk must
+  divide that; optim.pack_rows and rollout.overlap parse as bools."""
+  ok = apply_overrides(cfg, ["rollout.num_envs=8", "rollout.prefill_chunk=4",
+                             "rollout.overlap=true", "optim.pack_rows=false"])
+  assert ok.rollout.overlap and not ok.optim.pack_rows
+  apply_overrides(cfg, ["rollout.num_envs=8", "rollout.prefill_chunk=8"])  # no overlap: fine
+  with pytest.raises(ConfigError, match="must divide the sampler's rows per call \\(4"):
+    apply_overrides(cfg, ["rollout.num_envs=8", "rollout.prefill_chunk=8", "rollout.overlap=true"])
+  with pytest.raises(ConfigError, match="expected a bool"):
+    apply_overrides(cfg, ["optim.pack_rows=sometimes"])

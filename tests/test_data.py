@@ -1,5 +1,6 @@
 """Training rows: loss exactly on action tokens, fixed shapes, every row once per epoch."""
 
+import numpy as np
 import pytest
 
 from csa_jax import data as D
@@ -71,3 +72,119 @@ def test_rl_rows_weighting(weight):
   else:  # mean length 9: each episode's rows sum to +-9
     assert per_ep == pytest.approx([9.0, -9.0], abs=1e-5)
     assert rows[0]["advantage"] == pytest.approx(3.0)
+
+
+# ----------------------------------------------------------------------------------------
+# Packing (optim.pack_rows).
+
+
+def _rows(rng, n, max_prompt=10, max_action=3):
+  rows = []
+  for i in range(n):
+    p = rng.integers(2, 60, size=int(rng.integers(1, max_prompt + 1))).tolist()
+    a = rng.integers(2, 60, size=int(rng.integers(1, max_action + 1))).tolist()
+    rows.append({"prompt_ids": p, "action_ids": a,
+                 "old_logps": (-rng.random(len(a))).tolist(), "advantage": float(i)})
+  return rows
+
+
+def test_first_fit_against_a_loop():
+  """Longest first, ties in order, each into the first bin with room; every bin within
+  capacity, and the result a function of the lengths alone."""
+  lens = [5, 3, 7, 2, 5, 1, 8, 4]
+  where = D.first_fit(lens, 10)
+  assert where == D.first_fit(list(lens), 10)
+  # By hand: 8 -> b0 (2 left), 7 -> b1 (3), 5 -> b2 (5), 5 -> b2 (0), 4 -> b3 (6),
+  # 3 -> b1 (0), 2 -> b0 (0), 1 -> b3 (5).
+  assert where == [2, 1, 1, 0, 2, 3, 0, 3]
+  for b in set(where):
+    assert sum(n for n, w in zip(lens, where) if w == b) <= 10
+  with pytest.raises(ValueError, match="does not fit"):
+    D.first_fit([11], 10)
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+def test_packed_batch_holds_each_row_as_it_is_alone(micro):
+  """Every row's tokens, positions (from 0), one segment of its own, and act_idx pointing
+  at the slots whose next token is its action token, in its micro-batch's sequences;
+  the per-row arrays equal the unpacked ones."""
+  rng = np.random.default_rng(0)
+  rows = _rows(rng, 8) + [D._empty_row(0)] * 2 + _rows(rng, 2)
+  L, A = 12, 3
+  b = D.pack_rows(rows, seq_len=L, action_len=A, micro_batches=micro)
+  assert set(b) == set(D.PACKED_KEYS)
+  s = b["inputs"].shape[0]
+  assert s % micro == 0 and b["act_idx"].shape == (len(rows), A)
+  for r, row in enumerate(rows):
+    alone = D.row_arrays(row, L, A)
+    for k in ("targets", "loss_mask", "old_logp", "adv"):
+      np.testing.assert_array_equal(b[k][r], alone[k])
+    if not row["action_ids"]:
+      continue
+    seq = row["prompt_ids"] + row["action_ids"]
+    j = r % micro
+    flat = {k: b[k][j::micro].reshape(-1) for k in ("inputs", "positions", "segment_ids",
+                                                       "attn_mask")}
+    first = b["act_idx"][r, 0] - (len(row["prompt_ids"]) - 1)  # the row's first slot
+    n = len(seq) - 1
+    span = slice(first, first + n)
+    assert first // L == (first + n - 1) // L  # within one sequence
+    np.testing.assert_array_equal(flat["inputs"][span], seq[:-1])
+    np.testing.assert_array_equal(flat["positions"][span], np.arange(n))
+    assert (flat["attn_mask"][span] == 1).all()
+    seg = flat["segment_ids"][span]
+    assert seg[0] > 0 and (seg == seg[0]).all()
+    same_seq = slice(first // L * L, first // L * L + L)
+    assert (flat["segment_ids"][same_seq] == seg[0]).sum() == n  # nobody else's segment
+    for a in range(len(row["action_ids"])):
+      assert flat["inputs"][b["act_idx"][r, a]] == seq[len(row["prompt_ids"]) - 1 + a]
+
+
+def test_packing_saves_slots_and_counts_tokens_like_numpy():
+  """Short rows share sequences; token_counts matches a count over the rows, and for the
+  unpacked batches it leaves out the padding rows' pad token."""
+  rng = np.random.default_rng(1)
+  rows = _rows(rng, 21)
+  real = sum(len(r["prompt_ids"]) + len(r["action_ids"]) - 1 for r in rows)
+  L, A, bs = 14, 3, 8
+  packed = list(D.iterate(D.packed_batches(rows, batch_size=bs, seq_len=L, action_len=A,
+                                           pad_id=0, seed=0, epochs=2)))
+  plain = list(D.iterate(D.batches(rows, batch_size=bs, seq_len=L, action_len=A, pad_id=0,
+                                   seed=0, epochs=2)))
+  assert len(packed) == len(plain) == 6
+  counts = np.array([D.token_counts(b) for b in packed]).sum(0)
+  counts_plain = np.array([D.token_counts(b) for b in plain]).sum(0)
+  assert counts[0] == counts_plain[0] == 2 * real
+  assert counts_plain[1] == 6 * bs * L
+  assert counts[1] == sum(b["inputs"].size for b in packed) < counts_plain[1]
+  # The same rows in the same minibatches: per-row arrays equal batch by batch.
+  for p, u in zip(packed, plain):
+    for k in ("targets", "loss_mask", "old_logp", "adv"):
+      np.testing.assert_array_equal(p[k], u[k])
+
+
+def test_packing_is_deterministic():
+  rows = _rows(np.random.default_rng(2), 30)
+  kw = dict(batch_size=8, seq_len=14, action_len=3, pad_id=0, seed=5, epochs=1)
+  one = list(D.iterate(D.packed_batches(rows, **kw)))
+  two = list(D.iterate(D.packed_batches(list(rows), **kw)))
+  for a, b in zip(one, two, strict=True):
+    for k in D.PACKED_KEYS:
+      np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_round_up_count_against_a_loop():
+  """The smallest count >= n among 1..8 and, per doubling above, 8 evenly spaced ones."""
+  ladder = sorted({k for k in range(1, 9)} | {2 ** e + j * 2 ** e // 8 for e in range(3, 10)
+                                               for j in range(1, 9)})
+  for n in range(1, 600):
+    want = min(k for k in ladder if k >= n)
+    assert D.round_up_count(n) == want, n
+    assert (want - n) / n < 1 / 8
+
+
+def test_packed_sequence_count_is_a_multiple_of_the_data_axis():
+  rows = _rows(np.random.default_rng(3), 12)
+  for m, d in ((1, 4), (2, 4), (2, 3)):
+    b = D.pack_rows(rows, seq_len=14, action_len=3, micro_batches=m, seq_multiple=d)
+    assert b["inputs"].shape[0] % d == 0 and b["inputs"].shape[0] % m == 0

@@ -94,8 +94,8 @@ def _final_state(workdir):
 
 
 def _metrics(workdir):
-  """Every metrics line, wall-clock times left out."""
-  return [{k: v for k, v in r.items() if not k.endswith("_s")}
+  """Every metrics line, wall-clock times and their shares (perf/frac_*) left out."""
+  return [{k: v for k, v in r.items() if not (k.endswith("_s") or k.startswith("perf/frac_"))}
           for r in M.read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
 
 

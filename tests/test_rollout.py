@@ -1,6 +1,7 @@
 """Prompts fit their budget; trajectories pad into [B, G, T] arrays exactly."""
 
 import dataclasses
+import zlib
 
 import numpy as np
 import pytest
@@ -346,3 +347,70 @@ def test_think_format_episode_sends_parsed_actions_and_marks_malformed_answers_i
   assert all(p.endswith(R.THINK_CUE) for p in prompts_seen)
   # The history the next prompt shows holds the parsed action, never the reasoning.
   assert "the goal says so" not in "".join(prompts_seen)
+
+
+class _PromptPolicy:
+  """A deterministic policy of the prompt alone: one of the listed actions (or an unknown
+  one), picked by a hash of the prompt's text; with dispatch/collect like the sampler
+  (collect answers), so rollout.overlap takes its asynchronous path. Records each call's
+  width."""
+
+  def __init__(self, tok):
+    self.tok, self.widths = tok, []
+
+  def dispatch(self, prompts, rng):
+    del rng
+    self.widths.append(len(prompts))
+    return [list(p) for p in prompts]
+
+  def collect(self, prompts):
+    ids = []
+    for p in prompts:
+      text = self.tok.decode(p)
+      listed = text.rsplit("Actions:", 1)[-1].split("\n")[0].split(" | ")
+      choice = listed + ["dance"]
+      a = choice[zlib.crc32(text.encode()) % len(choice)].strip() or "dance"
+      ids.append(self.tok.encode(" " + a) + [self.tok.eos_id])
+    return ids, [[-0.1 * len(x)] * len(x) for x in ids]
+
+  def __call__(self, prompts, rng):
+    return self.collect(self.dispatch(prompts, rng))
+
+
+@pytest.mark.parametrize("num_envs", [3, 4])
+def test_overlap_plays_the_serial_episodes(num_envs):
+  """rollout.overlap: with a policy whose answer depends on the prompt alone, the two
+  halves' episodes are step for step those of the serial loop (several waves, an odd
+  number of slots, a last wave with idle slots); every overlapped call carries
+  ceil(num_envs / 2) prompts, and the sampler padding counts match a count over the
+  steps."""
+  from csa_jax.perf import Timer
+
+  tasks = [("train", i) for i in range(7)]
+  cfg = dataclasses.replace(RolloutConfig(), max_turns=5, max_prompt_tokens=96)
+  got = {}
+  for overlap in (False, True):
+    policy, timer = _PromptPolicy(TOK), Timer()
+    with EnvPool("twx", {"game": "coin", "step_limit": 5}, num_envs) as pool:
+      trajs = R.run_episodes(pool, policy, TOK, tasks, dataclasses.replace(cfg, overlap=overlap),
+                             np.random.default_rng(0), perf=timer)
+    got[overlap] = (trajs, policy.widths, timer)
+  (serial, w_serial, t_serial), (over, w_over, t_over) = got[False], got[True]
+  assert [tr.task for tr in over] == tasks
+  key = lambda tr: (tr.won, tr.truncated, tr.error, [(s.prompt_ids, s.action_ids, s.action,
+                                                       s.observation, s.reward, s.valid)
+                                                      for s in tr.steps])
+  assert [key(tr) for tr in over] == [key(tr) for tr in serial]
+  assert sum(tr.length for tr in serial) > len(tasks)  # episodes of several steps
+  half = -(-num_envs // 2)
+  assert set(w_serial) == {num_envs} and set(w_over) == {half}
+  steps = [s for tr in serial for s in tr.steps]
+  for timer, widths in ((t_serial, w_serial), (t_over, w_over)):
+    c = timer.counts
+    assert c["prompt_tokens"] == sum(len(s.prompt_ids) for s in steps)
+    assert c["prompt_slots"] == sum(widths) * cfg.max_prompt_tokens
+    assert c["gen_tokens"] == sum(len(s.action_ids) for s in steps)
+    assert timer.seconds["env"] > 0 and timer.seconds["sample"] > 0
+    m = timer.metrics()
+    assert m["perf/sampler_prompt_pad_frac"] == pytest.approx(
+        1 - c["prompt_tokens"] / c["prompt_slots"])

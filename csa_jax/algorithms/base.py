@@ -25,6 +25,7 @@ import numpy as np
 import optax
 
 from csa_jax import data as data_lib
+from csa_jax import perf as perf_lib
 from csa_jax import train_step as ts
 from csa_jax.config import ExperimentConfig, OptimConfig, micro_batches
 from csa_jax.rollout import GroupArrays, Trajectory
@@ -48,6 +49,8 @@ class Context:
   play: Callable[[list[tuple[str, int]], jax.Array], list[Trajectory]]
   workdir: str
   ref_params: Any = None  # the SFT policy when loaded (KL anchor, M-DPO reference)
+  # The run's csa_jax.perf.Timer: `update` times batch building and update steps in it.
+  perf: Any = None
 
 
 @dataclasses.dataclass
@@ -89,11 +92,19 @@ class Algorithm:
     step's metrics go through `observe` (the trainer's non-finite guard); returns the
     state and the last step's metrics."""
     a = ctx.cfg.algo
+    perf = ctx.perf if ctx.perf is not None else perf_lib.Timer()
     ds = ctx.batches(prep.rows, a.minibatch_size, seed=ctx.cfg.seed + it, epochs=a.epochs)
-    upd = {}
-    for batch in data_lib.iterate(ds):
-      state, upd = step(state, ctx.to_device(batch), ref_params)
-      observe(upd)
+    upd, batches = {}, data_lib.iterate(ds)
+    while True:
+      with perf.phase("batch"):
+        batch = next(batches, None)
+        if batch is None:
+          break
+        on_device = ctx.to_device(batch)
+      perf.count_train_batch(*data_lib.token_counts(batch))
+      with perf.phase("update"):  # observe reads the metrics: the step has finished
+        state, upd = step(state, on_device, ref_params)
+        observe(upd)
     return state, upd
 
 

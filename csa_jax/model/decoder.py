@@ -325,10 +325,15 @@ class Decoder(nnx.Module):
   def hidden_states(self, tokens_BxT: jax.Array, *,
                     positions_BxT: jax.Array | None = None,
                     attention_mask_BxT: jax.Array | None = None,
+                    segment_ids_BxT: jax.Array | None = None,
                     at_BxK: jax.Array | None = None) -> jax.Array:
     """The last layer's output after the final norm, [B, T, D] (or [B, K, D] at
     positions at_BxK), in the compute dtype: what the LM head reads, and what a
-    value or progress head on top of the policy reads (SPA-RL's estimator)."""
+    value or progress head on top of the policy reads (SPA-RL's estimator).
+
+    segment_ids_BxT (packed rows, csa_jax/data.py): a query attends only keys of its
+    own segment (a block-diagonal causal mask); pass positions that restart per segment.
+    """
     if attention_mask_BxT is None:
       attention_mask_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
     valid_BxT = attention_mask_BxT.astype(bool)
@@ -337,6 +342,8 @@ class Decoder(nnx.Module):
     t = tokens_BxT.shape[1]
     causal_TxT = jnp.tril(jnp.ones((t, t), bool))
     mask_BxTxT = causal_TxT[None] & valid_BxT[:, None, :]
+    if segment_ids_BxT is not None:
+      mask_BxTxT &= segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
     x, _ = self._layers(tokens_BxT, positions_BxT, mask_BxTxT, None, None)
     if at_BxK is not None:
       x = jnp.take_along_axis(x, at_BxK[..., None].astype(jnp.int32), axis=1)
@@ -422,6 +429,10 @@ class Decoder(nnx.Module):
     (x, k_all, v_all), _ = jax.lax.scan(
         cached_body, (x, cache.k, cache.v), (state, jnp.arange(self.cfg.num_layers)))
     return x, KVCache(k=k_all, v=v_all)
+
+  def logits(self, x_BxTxD: jax.Array) -> jax.Array:
+    """The LM head on hidden states of `hidden_states` (any leading shape [..., D])."""
+    return self._logits(x_BxTxD)
 
   def _logits(self, x_BxTxD):
     # float32 accumulation: log-probs of sampled tokens feed the PPO ratio.
