@@ -93,3 +93,9 @@ class Timer:
       if c[slots]:
         out[f"{prefix}{name}_pad_frac"] = 1.0 - c[real] / c[slots]
     return out
+
+
+def is_wall_clock(key: str) -> bool:
+  """Whether a metric depends on wall-clock time (seconds, rates per second, a phase's
+  share): the keys a resumed run may not repeat; everything else in a line must."""
+  return key.endswith("_s") or key.startswith("perf/frac_")

@@ -109,7 +109,7 @@ def test_packed_batch_holds_each_row_as_it_is_alone(micro):
   at the slots whose next token is its action token, in its micro-batch's sequences;
   the per-row arrays equal the unpacked ones."""
   rng = np.random.default_rng(0)
-  rows = _rows(rng, 8) + [D._empty_row(0)] * 2 + _rows(rng, 2)
+  rows = _rows(rng, 8) + [D.empty_row(0)] * 2 + _rows(rng, 2)
   L, A = 12, 3
   b = D.pack_rows(rows, seq_len=L, action_len=A, micro_batches=micro)
   assert set(b) == set(D.PACKED_KEYS)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from csa_jax import metrics as M
+from csa_jax import perf
 from csa_jax.checkpoint import Checkpointer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -95,7 +96,7 @@ def _final_state(workdir):
 
 def _metrics(workdir):
   """Every metrics line, wall-clock times and their shares (perf/frac_*) left out."""
-  return [{k: v for k, v in r.items() if not (k.endswith("_s") or k.startswith("perf/frac_"))}
+  return [{k: v for k, v in r.items() if not perf.is_wall_clock(k)}
           for r in M.read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
 
 

@@ -305,7 +305,7 @@ def test_packed_rows_give_the_unpacked_logprobs_loss_and_gradient(agg, micro):
   ref = jax.tree.map(lambda x: x + 0.01, params)
   rng = np.random.default_rng(4)
   rows, _ = _batch(rng, n=10, adv=rng.normal(size=10).astype(np.float32))
-  rows += [D._empty_row(0)] * 2
+  rows += [D.empty_row(0)] * 2
   for r in rows:  # old log-probs a little off the policy's, so ratios are not all 1
     r["old_logps"] = (-rng.random(len(r["action_ids"]))).tolist()
   L, A = 12, 4
