@@ -67,6 +67,9 @@ def test_the_blocker_hides_what_the_image_lacks_and_the_wheels_bring_it(tmp_path
   assert "scienceworld" in blocked  # the blocker was asked, and refused
 
 
+# Slow (about a minute): the blocker test above keeps the script's imports in the default
+# suite; `make test-slow` runs the script's parts.
+@pytest.mark.slow
 def test_gpu_check_tiny_parity_sampler_and_mfu_on_the_image_packages(tmp_path):
   """parity at the tiny size, the sampler against transformers, the update's MFU (~30 s)."""
   proc, _ = _run(tmp_path, ["benchmarks/gpu_check.py", "--tiny",

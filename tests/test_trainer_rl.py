@@ -256,12 +256,43 @@ PHASE_KEYS = [f"perf/{p}_s" for p in ("env", "prompt", "sample", "adv", "batch",
                                       "eval", "checkpoint", "iteration")]
 
 
-def test_packed_rows_update_like_unpacked_rows_and_perf_metrics(sft_run, tmp_path):
+def _check_perf_lines(recs) -> None:
+  """Every RL line carries the perf/ timings, shares that add up to 1 and the padding
+  fractions."""
+  assert recs
+  for r in recs:
+    assert all(r[k] >= 0 for k in PHASE_KEYS)
+    assert r["perf/env_s"] > 0 and r["perf/sample_s"] > 0 and r["perf/update_s"] > 0
+    fracs = [v for k, v in r.items() if k.startswith("perf/frac_")]
+    assert len(fracs) == 9 and sum(fracs) == pytest.approx(1.0)
+    for k in ("sampler_prompt", "sampler_gen", "train"):
+      assert 0 <= r[f"perf/{k}_pad_frac"] < 1
+    assert r["perf/gen_tokens_per_s"] > 0 and r["perf/env_steps_per_s"] > 0
+
+
+def _perf_lines(workdir):
+  return [r for r in M.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+          if "perf/iteration_s" in r]
+
+
+def test_perf_metrics_in_every_rl_line_with_overlap(sft_run, tmp_path):
+  """Two RL iterations with rollout.overlap (the sampler dispatched asynchronously) and
+  packed rows (the defaults otherwise): both lines carry every perf/ key."""
+  src, _ = sft_run
+  _run_and_params("twx_coin_csa", src, str(tmp_path / "overlap"), 2,
+                  "algo.invalid_penalty=0.1", "rollout.overlap=true")
+  recs = _perf_lines(tmp_path / "overlap")
+  assert len(recs) == 2
+  _check_perf_lines(recs)
+
+
+# Slow (two more RL runs, about 1 min): tests/test_train_step.py checks the packed loss,
+# log-probs and gradients against the unpacked ones in the default suite.
+@pytest.mark.slow
+def test_packed_rows_update_like_unpacked_rows(sft_run, tmp_path):
   """optim.pack_rows on and off: one RL iteration from the same SFT start plays the same
   episodes and ends at the same parameters to float32 rounding (the packed loss is the
-  unpacked one), with no more training-row padding. Every RL line carries the perf/ timings,
-  shares that add up to at most 1 and the padding fractions; with rollout.overlap (the
-  sampler dispatched asynchronously) too."""
+  unpacked one), with no more training-row padding."""
   src, _ = sft_run
   pen = "algo.invalid_penalty=0.1"
   _, packed = _run_and_params("twx_coin_csa", src, str(tmp_path / "packed"), 1, pen)
@@ -270,23 +301,11 @@ def test_packed_rows_update_like_unpacked_rows_and_perf_metrics(sft_run, tmp_pat
   assert not _equal(packed["params"], _params(os.path.join(src, "sft")))
   for a, b in zip(_leaves(packed["params"]), _leaves(plain["params"]), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-  lines = {d: [r for r in M.read_jsonl(str(tmp_path / d / "metrics.jsonl"))
-               if "perf/iteration_s" in r] for d in ("packed", "plain")}
+  lines = {d: _perf_lines(tmp_path / d) for d in ("packed", "plain")}
   assert lines["packed"][0]["rollout/env_steps"] == lines["plain"][0]["rollout/env_steps"]
   # (Rows of this tiny budget fill most of it, so packing may save nothing here;
   # tests/test_data.py shows the saving.)
   assert (lines["packed"][0]["perf/train_pad_frac"]
           <= lines["plain"][0]["perf/train_pad_frac"] < 1)
-  _run_and_params("twx_coin_csa", src, str(tmp_path / "overlap"), 2, pen, "rollout.overlap=true")
-  lines["overlap"] = [r for r in M.read_jsonl(str(tmp_path / "overlap" / "metrics.jsonl"))
-                      if "perf/iteration_s" in r]
-  assert len(lines["overlap"]) == 2
   for recs in lines.values():
-    for r in recs:
-      assert all(r[k] >= 0 for k in PHASE_KEYS)
-      assert r["perf/env_s"] > 0 and r["perf/sample_s"] > 0 and r["perf/update_s"] > 0
-      fracs = [v for k, v in r.items() if k.startswith("perf/frac_")]
-      assert len(fracs) == 9 and sum(fracs) == pytest.approx(1.0)
-      for k in ("sampler_prompt", "sampler_gen", "train"):
-        assert 0 <= r[f"perf/{k}_pad_frac"] < 1
-      assert r["perf/gen_tokens_per_s"] > 0 and r["perf/env_steps_per_s"] > 0
+    _check_perf_lines(recs)
