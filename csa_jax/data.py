@@ -105,15 +105,20 @@ def empty_row(pad_id: int) -> Row:
 def batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: int,
             pad_id: int, seed: int, epochs: int = 1) -> grain.MapDataset:
   """Shuffled (anew each epoch) fixed-shape batches over `rows`, `epochs` times."""
+  return (_shuffled(rows, batch_size, pad_id, seed, epochs)
+          .map(lambda r: row_arrays(r, seq_len, action_len))
+          .batch(batch_size, drop_remainder=True))
+
+
+def _shuffled(rows: Sequence[Row], batch_size: int, pad_id: int, seed: int, epochs: int
+              ) -> grain.MapDataset:
+  """`rows` padded with zero-loss rows to whole batches, shuffled anew each epoch: the row
+  order `batches` and `packed_batches` share."""
   if not rows:
     raise ValueError("no training rows")
   rows = list(rows)
   rows += [empty_row(pad_id)] * (-len(rows) % batch_size)
-  return (grain.MapDataset.source(rows)
-          .shuffle(seed=seed)
-          .repeat(epochs)
-          .map(lambda r: row_arrays(r, seq_len, action_len))
-          .batch(batch_size, drop_remainder=True))
+  return grain.MapDataset.source(rows).shuffle(seed=seed).repeat(epochs)
 
 
 def first_fit(lengths: Sequence[int], capacity: int) -> list[int]:
@@ -211,13 +216,7 @@ def packed_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action
   """`batches` packed: the same rows in the same minibatches (the same padding rows,
   shuffle and repeat), each minibatch laid out by `pack_rows` in as many sequences as it
   needs, rounded up by `round_up_count` (a partly empty minibatch takes fewer)."""
-  if not rows:
-    raise ValueError("no training rows")
-  rows = list(rows)
-  rows += [empty_row(pad_id)] * (-len(rows) % batch_size)
-  return (grain.MapDataset.source(rows)
-          .shuffle(seed=seed)
-          .repeat(epochs)
+  return (_shuffled(rows, batch_size, pad_id, seed, epochs)
           .batch(batch_size, drop_remainder=True, batch_fn=list)
           .map(lambda mb: pack_rows(mb, seq_len=seq_len, action_len=action_len,
                                     micro_batches=micro_batches, seq_multiple=seq_multiple)))
