@@ -9,7 +9,7 @@ G=8 rollouts, T=50 steps by default):
            gigpo/core_gigpo.py computes GiGPO (and CSA written the same way).
 All three are checked to agree before timing. Prints medians and ratios.
 
-  /work/main/.venv/bin/python benchmarks/advantages.py [--B 128 --G 8 --T 50 --reps 20]
+  .venv/bin/python benchmarks/advantages.py [--B 128 --G 8 --T 50 --reps 20]
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ prompt tokens and tokens generated so far), and the LM head for the N logits
 each row samples from. Padding, the left-padded empty slots and any wasted
 last step are not counted.
 
-  /work/main/.venv/bin/python benchmarks/sampler.py [--B 32 --P 64 --N 128]
+  .venv/bin/python benchmarks/sampler.py [--B 32 --P 64 --N 128]
   ... --size 0.5b --dtype bfloat16 --device cuda   (GPU check)
 """
 

@@ -14,7 +14,7 @@ excluded) + 4 x B x L^2 x H x Dh x layers (scores and weighted values over the
 full L x L, as our attention computes them). XLA's own count of the compiled
 step is printed next to it when the backend provides one.
 
-  /work/main/.venv/bin/python benchmarks/train_step.py [--B 8 --L 256 --size tiny]
+  .venv/bin/python benchmarks/train_step.py [--B 8 --L 256 --size tiny]
   ... --size 0.5b --dtype bfloat16 --B 8 --L 1024 --remat   (GPU check)
 """
 

@@ -9,7 +9,7 @@ Implements, as pure jitted functions:
 - RLOO (Ahmadian et al., 2024, arXiv 2402.14740): leave-one-out baseline,
   `A_i = r_i - mean_{j != i} r_j`.
 - CSA, Counterfactual Step Advantage (the project proposal,
-  /work/shared/research/csa_proposal.md, Methods): `A = A_E + lam * A_S` where A_S
+  ../shared/research/csa_proposal.md, Methods): `A = A_E + lam * A_S` where A_S
   standardises, over the rollouts active at step t, `l = A_E * (logp - mean_j logp)`.
 - GiGPO (Feng et al., 2025, verl-agent, arXiv 2505.10978): steps of one task group whose
   anchor state is identical form a step group; A_S is the discounted return normalised
