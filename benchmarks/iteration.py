@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import experiments
+from benchmarks.timing import median_seconds
 from csa_jax import metrics as M
 from csa_jax import perf as perf_lib
 from csa_jax import rollout as rollout_lib
@@ -136,13 +137,7 @@ def prefill_share(exp: str, sets: list[str], reps: int = 3) -> float:
     cfg = sampling.SamplingConfig(max_new_tokens=n)
     run = lambda: jax.block_until_ready(sampling.sample(model, tokens, mask, rng=jax.random.key(1),
                                                         cfg=cfg, pad_id=0))
-    run()
-    times = []
-    for _ in range(reps):
-      t0 = time.perf_counter()
-      run()
-      times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return median_seconds(run, reps, warmup=1)
 
   return timed(1) / timed(c.rollout.max_action_tokens)
 

@@ -347,14 +347,15 @@ class _Wave:
         prompts[i - first], dropped[i - first] = enc.ids, enc.actions_dropped
     return prompts, dropped
 
-  def act(self, idx: list[int], first: int, prompts, dropped, action_ids, action_logps
-          ) -> None:
-    """Steps the environments of `idx` with the policy's answers and records the steps."""
+  def act(self, idx: list[int], first: int, prompts, dropped, action_ids, action_logps,
+          prompt_width: int) -> None:
+    """Steps the environments of `idx` with the policy's answers and records the steps;
+    the call's prompts were padded to `prompt_width` (`_prompt_width`)."""
     live = [False] * len(prompts)
     for i in idx:
       live[i - first] = True
     self.perf.count_sampler_call([len(p) for p in prompts], live,
-                                 [len(a) for a in action_ids], self.cfg.max_prompt_tokens)
+                                 [len(a) for a in action_ids], prompt_width)
     answers = [self.fmt.read_answer(action_text(self.tok, action_ids[i - first])) for i in idx]
     with self.perf.phase("env"):
       stepped = self.pool.step(idx, [a for a, _ in answers])
@@ -382,6 +383,13 @@ class _Wave:
     return self.trajs
 
 
+def _prompt_width(policy, prompts: list[list[int]], cfg: RolloutConfig) -> int:
+  """The width a policy call pads `prompts` to: the policy's own `prompt_width` where it
+  has one (trainer.SamplerPolicy buckets widths), else the prompt budget."""
+  width = getattr(policy, "prompt_width", None)
+  return width(prompts) if width is not None else cfg.max_prompt_tokens
+
+
 def _play_serial(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) -> None:
   """Every turn: all live slots' prompts in one policy call, then all their steps."""
   n = wave.pool.num_envs
@@ -392,7 +400,8 @@ def _play_serial(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) -> Non
     prompts, dropped = wave.prompts(idx, 0, n)
     with wave.perf.phase("sample"):
       action_ids, action_logps = policy(prompts, rng)
-    wave.act(idx, 0, prompts, dropped, action_ids, action_logps)
+    wave.act(idx, 0, prompts, dropped, action_ids, action_logps,
+             _prompt_width(policy, prompts, wave.cfg))
 
 
 def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) -> None:
@@ -419,7 +428,8 @@ def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) ->
     if idx and turns[k] < wave.cfg.max_turns:
       prompts, dropped = wave.prompts(idx, firsts[k], half)
       with wave.perf.phase("sample"):
-        pending[k] = (idx, prompts, dropped, dispatch(prompts, rng))
+        pending[k] = (idx, prompts, dropped, dispatch(prompts, rng),
+                      _prompt_width(policy, prompts, wave.cfg))
       turns[k] += 1
 
   launch(0)
@@ -428,11 +438,11 @@ def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) ->
     for k in (0, 1):
       if pending[k] is None:
         continue
-      idx, prompts, dropped, handle = pending[k]
+      idx, prompts, dropped, handle, width = pending[k]
       with wave.perf.phase("sample"):
         action_ids, action_logps = collect(handle)
       # The other half's sampling (dispatched last) runs on the device meanwhile.
-      wave.act(idx, firsts[k], prompts, dropped, action_ids, action_logps)
+      wave.act(idx, firsts[k], prompts, dropped, action_ids, action_logps, width)
       launch(k)
 
 

@@ -114,15 +114,19 @@ class SamplerPolicy:
     """Starts sampling and returns at once (JAX dispatch is asynchronous): the arrays
     are ready when `collect` reads them (rollout.overlap steps environments meanwhile)."""
     del rng  # the sampler's randomness comes from its own jax key stream
-    # Widths in powers of two up to the prompt budget: short prompts do not pay for the
-    # whole budget, and a run compiles a handful of shapes.
-    width = sampling.bucket_length(max(map(len, prompts)), self._bucket)
-    tokens, mask = sampling.left_pad(prompts, self._tok.pad_id, bucket=width)
+    tokens, mask = sampling.left_pad(prompts, self._tok.pad_id,
+                                     bucket=self.prompt_width(prompts))
     self.key, sub = jax.random.split(self.key)
     model = nnx.merge(self._graphdef, self._get_params())
     return sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
                            cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
                            prefill_chunk=self._prefill_chunk)
+
+  def prompt_width(self, prompts: list[list[int]]) -> int:
+    """Widths in powers of two up to the prompt budget: short prompts do not pay for the
+    whole budget, and a run compiles a handful of shapes (the rollout counts its padding
+    with this width too)."""
+    return sampling.bucket_length(max(map(len, prompts)), self._bucket)
 
   @staticmethod
   def collect(out: sampling.SampleOutput) -> tuple[list[list[int]], list[list[float]]]:

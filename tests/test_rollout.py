@@ -414,3 +414,26 @@ def test_overlap_plays_the_serial_episodes(num_envs):
     m = timer.metrics()
     assert m["perf/sampler_prompt_pad_frac"] == pytest.approx(
         1 - c["prompt_tokens"] / c["prompt_slots"])
+
+
+class _BucketingPolicy(_PromptPolicy):
+  """_PromptPolicy that pads each call to the next multiple of 16, as a sampler that
+  buckets prompt widths (trainer.SamplerPolicy.prompt_width) would."""
+
+  def prompt_width(self, prompts):
+    return -(-max(map(len, prompts)) // 16) * 16
+
+
+def test_sampler_padding_counts_the_width_the_policy_pads_to():
+  from csa_jax.perf import Timer
+
+  cfg = dataclasses.replace(RolloutConfig(), max_turns=3, max_prompt_tokens=512)
+  policy, timer, widths = _BucketingPolicy(TOK), Timer(), []
+  real = policy.dispatch
+  policy.dispatch = lambda p, r: (widths.append(len(p) * policy.prompt_width(p)), real(p, r))[1]
+  with EnvPool("twx", {"game": "coin", "step_limit": 3}, 3) as pool:
+    R.run_episodes(pool, policy, TOK, [("train", i) for i in range(3)], cfg,
+                   np.random.default_rng(0), perf=timer)
+  assert widths and timer.counts["prompt_slots"] == sum(widths)
+  assert timer.counts["prompt_slots"] < len(widths) * 3 * cfg.max_prompt_tokens
+
