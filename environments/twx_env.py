@@ -52,6 +52,7 @@ import functools
 import threading
 
 from environments.base import StepInfo, StepResult, TextEnv
+from environments.jvm import safe_process_groups
 from environments.registry import register_env
 
 GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays",
@@ -142,10 +143,12 @@ def _own_process_group_for_jvms() -> None:
 
   Ctrl-C in a terminal sends SIGINT to the whole foreground group; the trainer turns it
   into "save after this iteration", which needs the engines alive until then. The package
-  offers no option, so its module-level `launch_gateway` is wrapped (idempotent). The JVM
-  still dies with this process (die_on_exit: it exits when its stdin pipe closes).
+  offers no option, so its module-level `launch_gateway` is wrapped (idempotent), and the
+  group is made without a Python preexec_fn (environments/jvm.py: one hung a test run). The
+  JVM still dies with this process (die_on_exit: it exits when its stdin pipe closes).
   """
   from textworld_express import textworld_express as twx_mod  # pylint: disable=import-outside-toplevel
+  safe_process_groups()
   if not isinstance(twx_mod.launch_gateway, functools.partial):
     twx_mod.launch_gateway = functools.partial(twx_mod.launch_gateway,
                                                create_new_process_group=True)

@@ -201,3 +201,27 @@ def test_state_anchor_without_a_room_follows_progress(envs):
   r = env.reset("train", 2)
   anchors = [r.info.anchor] + [env.step(a).info.anchor for a in env.gold_path]
   assert len(set(anchors)) == len(anchors)
+
+
+def test_the_jvm_gets_its_own_session_without_python_in_the_forked_child(monkeypatch):
+  """py4j's own way (preexec_fn=os.setpgrp) runs Python between fork and exec, which hung an
+  env-pool thread here when another thread held a lock at fork time (environments/jvm.py)."""
+  import os
+
+  from py4j import java_gateway
+  popen_kwargs, real_popen = [], java_gateway.Popen
+
+  def spy(*args, **kwargs):
+    popen_kwargs.append(kwargs)
+    return real_popen(*args, **kwargs)
+
+  monkeypatch.setattr(java_gateway, "Popen", spy)
+  env = make_env("twx", game="coin", step_limit=5)
+  try:
+    pid = env._env._gateway.java_process.pid
+    assert os.getsid(pid) == pid != os.getsid(0)  # a session (and process group) of its own
+    assert env.reset("train", 0).observation
+  finally:
+    env.close()
+  assert len(popen_kwargs) == 1
+  assert "preexec_fn" not in popen_kwargs[0] and popen_kwargs[0]["start_new_session"]
