@@ -40,7 +40,8 @@ PACKED_KEYS = ("inputs", "attn_mask", "positions", "segment_ids", "act_idx", "ta
                "loss_mask", "old_logp", "adv")
 # A packed batch's sequence count is rounded up to the next of PACK_STEPS evenly spaced
 # counts per doubling (1..8, then 9, 10, .. 16, 18, 20, .. 32, 36, ...): at most 1/PACK_STEPS
-# of the sequences are rounding, and a run compiles one update shape per count it meets.
+# of the sequences are rounding. All minibatches of one call share the count (one compiled
+# update shape); the trainer keeps the most it has used, so a run compiles a few at most.
 PACK_STEPS = 8
 
 
@@ -163,6 +164,17 @@ def round_up_count(n: int, steps: int = PACK_STEPS) -> int:
   return -(-n // step) * step
 
 
+def seq_count(need: int, n_rows: int, micro_batches: int = 1, seq_multiple: int = 1) -> int:
+  """Sequences per micro-batch for micro-batches that need `need`: rounded up by
+  `round_up_count`, but never more than the micro-batch's rows (one row each always fits:
+  the unpacked shape bounds it), then up so that the batch's sequence count is a multiple of
+  `seq_multiple` (the mesh's data axis shards it)."""
+  m = micro_batches
+  local = min(round_up_count(need), n_rows // m)
+  q = seq_multiple // math.gcd(m, seq_multiple)
+  return -(-local // q) * q
+
+
 def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batches: int = 1,
               seqs_per_micro: int = 0, seq_multiple: int = 1) -> dict[str, np.ndarray]:
   """One packed batch (PACKED_KEYS) of `rows`; rows without action tokens hold no tokens.
@@ -170,9 +182,7 @@ def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batch
   Row r belongs to micro-batch r % micro_batches and its tokens go into that micro-batch's
   sequences, which are batch sequences j, j + m, ... (the slices of
   train_step.value_and_grad_micro), so each micro-batch is a packed batch of its own rows.
-  Sequences per micro-batch: `seqs_per_micro`, or (0) the most any needs, rounded up by
-  `round_up_count` but at most its rows; then up so that the batch's sequence count is a
-  multiple of `seq_multiple` (the mesh's data axis shards it).
+  Sequences per micro-batch: `seqs_per_micro`, or (0) `seq_count` of what these rows need.
   """
   m, n_rows = micro_batches, len(rows)
   if n_rows % m:
@@ -180,10 +190,7 @@ def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batch
   arrays = [row_arrays(r, seq_len, action_len) for r in rows]
   lens = _token_lens(rows)
   bins, need = _bins(lens, seq_len, m)
-  # Never more sequences than rows (one row each always fits): the unpacked shape bounds it.
-  local = seqs_per_micro or min(round_up_count(need), n_rows // m)
-  q = seq_multiple // math.gcd(m, seq_multiple)
-  local = -(-local // q) * q
+  local = seqs_per_micro or seq_count(need, n_rows, m, seq_multiple)
   if local < need:
     raise ValueError(f"the rows need {need} sequences per micro-batch, {local} given")
   s = local * m
@@ -210,16 +217,32 @@ def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batch
   return out
 
 
+def packed_seqs(rows: Sequence[Row], *, batch_size: int, seq_len: int, pad_id: int, seed: int,
+                epochs: int = 1, micro_batches: int = 1, seq_multiple: int = 1) -> int:
+  """Sequences per micro-batch that every minibatch of `packed_batches` with these arguments
+  fits in: `seq_count` of the most any minibatch needs (lengths alone decide it)."""
+  m = micro_batches
+  minibatches = (_shuffled(rows, batch_size, pad_id, seed, epochs)
+                 .batch(batch_size, drop_remainder=True, batch_fn=list))
+  need = max(_bins(_token_lens(mb), seq_len, m)[1] for mb in minibatches)
+  return seq_count(need, batch_size, m, seq_multiple)
+
+
 def packed_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: int,
                    pad_id: int, seed: int, epochs: int = 1, micro_batches: int = 1,
-                   seq_multiple: int = 1) -> grain.MapDataset:
+                   seq_multiple: int = 1, seqs_per_micro: int = 0) -> grain.MapDataset:
   """`batches` packed: the same rows in the same minibatches (the same padding rows,
-  shuffle and repeat), each minibatch laid out by `pack_rows` in as many sequences as it
-  needs, rounded up by `round_up_count` (a partly empty minibatch takes fewer)."""
+  shuffle and repeat), every minibatch laid out by `pack_rows` in the same number of
+  sequences, so the update compiles one shape per call: `seqs_per_micro` per micro-batch,
+  or (0) `packed_seqs`, what the fullest minibatch needs. A caller that passes the most it
+  has used so far (Trainer.pack_floor) compiles a new shape only when that grows."""
+  seqs_per_micro = seqs_per_micro or packed_seqs(
+      rows, batch_size=batch_size, seq_len=seq_len, pad_id=pad_id, seed=seed, epochs=epochs,
+      micro_batches=micro_batches, seq_multiple=seq_multiple)
   return (_shuffled(rows, batch_size, pad_id, seed, epochs)
           .batch(batch_size, drop_remainder=True, batch_fn=list)
           .map(lambda mb: pack_rows(mb, seq_len=seq_len, action_len=action_len,
-                                    micro_batches=micro_batches, seq_multiple=seq_multiple)))
+                                    micro_batches=micro_batches, seqs_per_micro=seqs_per_micro)))
 
 
 def token_counts(batch: dict[str, np.ndarray]) -> tuple[int, int]:

@@ -278,6 +278,8 @@ class Trainer:
     self.algo = algorithms.get(c.algo.method)
     self.aux: Any = {}  # the method's auxiliary state (models, optimizer states)
     self.env_steps = 0
+    # Packed sequences per micro-batch so far, per phase ("sft", "rl"): `_batches`.
+    self.pack_floor: dict[str, int] = {}
     self.summary: dict[str, Any] = {}
     self.guard = NonFiniteGuard(c.optim.max_nonfinite_in_a_row)
     self.stop = StopOnSignal()
@@ -368,9 +370,9 @@ class Trainer:
   def _sft(self, graphdef, params, tok, records) -> Any:
     c = self.cfg
     rows = demo_rows(records, tok, c, self.fmt)
-    ds = self._batches(rows, c.sft.batch_size, seed=c.seed, epochs=c.sft.epochs)
+    ds = self._batches(rows, c.sft.batch_size, seed=c.seed, epochs=c.sft.epochs, phase="sft")
     tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
-    state = ts.init_state(params, tx)
+    state = self._fresh_state(params, tx)
     step = ts.make_sft_step(graphdef, tx, micro_batches(c.optim, c.sft.batch_size))
     metrics, tokens = {}, np.zeros(2)
     with tqdm(total=len(ds), desc="sft", unit="batch") as bar:
@@ -388,18 +390,38 @@ class Trainer:
                        "sft/pad_frac": 1.0 - tokens[0] / max(tokens[1], 1)})
     return state.params
 
-  def _batches(self, rows, batch_size: int, *, seed: int, epochs: int,
+  def _fresh_state(self, params, tx) -> ts.TrainState:
+    """A new train state placed as the jitted update returns it: the parameters by their
+    logical axes, the optimizer's moments like their parameter, its counts replicated. A
+    fresh optimizer's arrays otherwise sit unplaced, and the second update compiles the
+    whole step again for the placed state the first one returned."""
+    state = ts.init_state(params, tx)
+    if dist.multi():  # a global array from each process's copy: dist.on_mesh
+      return dist.on_mesh(state, self.mesh)
+    p_sh = mesh_lib.state_shardings(params, self.mesh, mesh_lib.TRAIN_RULES)
+    return jax.device_put(state, ts.TrainState(
+        step=mesh_lib.replicated(self.mesh), params=p_sh,
+        opt_state=mesh_lib.opt_state_shardings(tx, state.opt_state, p_sh, self.mesh)))
+
+  def _batches(self, rows, batch_size: int, *, seed: int, epochs: int, phase: str,
                pack: bool | None = None):
     """Batches of `batch_size` rows: inputs as long as prompt + action budgets, one action
-    slot per possible action token; packed (`pack`, default optim.pack_rows) into a few
-    sequence counts of that length, else one row per sequence (one shape)."""
+    slot per possible action token; packed (`pack`, default optim.pack_rows) into sequences
+    of that length, else one row per sequence (one shape). Packed, every batch of a call
+    has the phase's sequence count so far (`pack_floor`, saved with checkpoints so a resumed
+    run lays rows out as the uninterrupted one), raised when these rows need more: the
+    update compiles a new shape only when that count grows."""
     r = self.cfg.rollout
     kw = dict(batch_size=batch_size, seq_len=r.max_prompt_tokens + r.max_action_tokens,
-              action_len=r.max_action_tokens, pad_id=self.tok.pad_id, seed=seed, epochs=epochs)
-    if self.cfg.optim.pack_rows if pack is None else pack:  # the same rows per batch, packed
-      return data_lib.packed_batches(rows, micro_batches=micro_batches(self.cfg.optim, batch_size),
-                                     seq_multiple=self.mesh.shape["data"], **kw)
-    return data_lib.batches(rows, **kw)
+              pad_id=self.tok.pad_id, seed=seed, epochs=epochs)
+    if not (self.cfg.optim.pack_rows if pack is None else pack):
+      return data_lib.batches(rows, action_len=r.max_action_tokens, **kw)
+    kw |= dict(micro_batches=micro_batches(self.cfg.optim, batch_size),
+               seq_multiple=self.mesh.shape["data"])
+    seqs = max(self.pack_floor.get(phase, 0), data_lib.packed_seqs(rows, **kw))
+    self.pack_floor[phase] = seqs
+    return data_lib.packed_batches(rows, action_len=r.max_action_tokens, seqs_per_micro=seqs,
+                                   **kw)
 
   def _to_device(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     """SFT's batches: the same whole batch in every process."""
@@ -545,7 +567,7 @@ class Trainer:
     records, self.tok, self.fmt, graphdef, params = self._tokenizer_and_sft_source()
     self._check_budgets(pool, records)
     tx = ts.make_optimizer(c.optim)
-    state = dist.on_mesh(ts.init_state(params, tx), self.mesh)
+    state = self._fresh_state(params, tx)
     self.aux = self.algo.init_aux(c, state.params)  # also the template to restore into
     # The parameters the samplers read: the training ones, or with several processes a
     # copy on this process's devices (dist.SamplerMesh), refreshed after every update.
@@ -586,7 +608,7 @@ class Trainer:
 
     if meta["phase"] == "start":
       params, m = self._sft_stage(graphdef, state.params, records)
-      state = dist.on_mesh(ts.init_state(params, tx), self.mesh)
+      state = self._fresh_state(params, tx)
       self.aux = self.algo.init_aux(c, state.params)
       live.update(state.params)
       if m is None:
@@ -658,7 +680,7 @@ class Trainer:
     meta = meta | {"env_steps": self.env_steps, "np_rng": self.np_rng.bit_generator.state,
                    "summary": self.summary, "nonfinite": self.guard.state(),
                    "rollout_key": self.policies["rollout"].key_state(),
-                   "processes": dist.process_count()}
+                   "processes": dist.process_count(), "pack_floor": self.pack_floor}
     if dist.multi():  # each process's own sampler stream; the meta is process 0's
       keys = dist.gather_concat(np.asarray(self.policies["rollout"].key_state(), np.uint32))
       meta["rollout_keys"] = keys.reshape(dist.process_count(), -1).tolist()
@@ -682,7 +704,8 @@ class Trainer:
         # their packed layouts would differ, so several processes train on unpacked rows.
         batches=lambda rows, bs, *, seed, epochs: self._batches(
             *dist.local_rows(rows, bs, self.mesh, data_lib.empty_row(self.tok.pad_id)),
-            seed=seed, epochs=epochs, pack=self.cfg.optim.pack_rows and not dist.multi()),
+            seed=seed, epochs=epochs, phase="rl",
+            pack=self.cfg.optim.pack_rows and not dist.multi()),
         to_device=lambda batch: dist.to_device(batch, self.mesh), pad_id=self.tok.pad_id,
         play=play, workdir=self.workdir, ref_params=ref_params, perf=self.perf)
 
@@ -698,6 +721,7 @@ class Trainer:
     state, self.aux = algorithms.unpack_state(tree, self.aux)
     self.env_steps = int(meta["env_steps"])
     self.np_rng.bit_generator.state = meta["np_rng"]
+    self.pack_floor = dict(meta.get("pack_floor", {}))  # absent before packed counts were kept
     self.summary = meta["summary"]
     self.guard.load(meta["nonfinite"])
     self.policies["rollout"].set_key_state(

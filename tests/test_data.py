@@ -173,6 +173,25 @@ def test_packing_is_deterministic():
       np.testing.assert_array_equal(a[k], b[k])
 
 
+def test_one_call_packs_every_minibatch_into_one_sequence_count():
+  """One compiled update shape per call: every minibatch gets the count the fullest needs
+  (each minibatch packed alone decides its own); a larger count is honoured, a smaller one
+  refused."""
+  rows = _rows(np.random.default_rng(4), 45)
+  kw = dict(batch_size=8, seq_len=14, pad_id=0, seed=3, epochs=2, micro_batches=2)
+  alone = [D.pack_rows(mb, seq_len=14, action_len=3, micro_batches=2)["inputs"].shape[0]
+           for mb in D._shuffled(rows, 8, 0, 3, 2).batch(8, drop_remainder=True, batch_fn=list)]
+  assert len(set(alone)) > 1  # the minibatches alone would compile several shapes
+  seqs = D.packed_seqs(rows, **kw)
+  assert 2 * seqs == max(alone)
+  shared = [b["inputs"].shape[0] for b in D.iterate(D.packed_batches(rows, action_len=3, **kw))]
+  assert shared == [max(alone)] * len(alone)
+  more = D.packed_batches(rows, action_len=3, seqs_per_micro=seqs + 3, **kw)
+  assert {b["inputs"].shape[0] for b in D.iterate(more)} == {2 * (seqs + 3)}
+  with pytest.raises(ValueError, match="sequences per micro-batch"):
+    list(D.iterate(D.packed_batches(rows, action_len=3, seqs_per_micro=1, **kw)))
+
+
 def test_round_up_count_against_a_loop():
   """The smallest count >= n among 1..8 and, per doubling above, 8 evenly spaced ones."""
   ladder = sorted({k for k in range(1, 9)} | {2 ** e + j * 2 ** e // 8 for e in range(3, 10)
