@@ -6,6 +6,9 @@ is easy to miss in a long run, and CI would go green without the parity tests).
 """
 
 import importlib.util
+import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -34,10 +37,20 @@ def missing_dependencies(names=tuple(TEST_DEPENDENCIES)) -> list[str]:
 
 
 def pytest_configure(config):
-  del config
+  # One persistent JAX compilation cache for the whole session: the xdist workers and the
+  # launch.py processes the tests start inherit it from the main process, so the many tiny
+  # runs that compile the same update and sampler programs compile each of them once.
+  if "JAX_COMPILATION_CACHE_DIR" not in os.environ and not hasattr(config, "workerinput"):
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = config._jax_cache = tempfile.mkdtemp(
+        prefix="csa_jax_test_jax_cache_")
   missing = missing_dependencies()
   if missing:
     raise pytest.UsageError(
         "missing test dependencies: " + ", ".join(TEST_DEPENDENCIES[m] for m in missing)
         + "; install them with `pip install -r requirements-test.txt` (tests are not "
         "skipped for a missing dependency)")
+
+
+def pytest_unconfigure(config):
+  if getattr(config, "_jax_cache", None):
+    shutil.rmtree(config._jax_cache, ignore_errors=True)
