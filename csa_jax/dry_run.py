@@ -49,7 +49,7 @@ from csa_jax.config import ExperimentConfig, micro_batches
 from csa_jax.data import BATCH_KEYS
 from csa_jax.model import Decoder, ModelConfig
 from csa_jax.model import hf
-from csa_jax.model.decoder import CACHE_AXES, cache_shardings
+from csa_jax.model.decoder import CACHE_AXES, cache_shape, cache_shardings
 
 GiB = 1024 ** 3
 HEADROOM = 0.9  # the verdict's share of device memory a plan may use
@@ -182,7 +182,7 @@ def plan(cfg: ExperimentConfig, *, log=print) -> Plan:
   scfg = sampling.SamplingConfig(max_new_tokens=act_len, temperature=r.temperature)
   b, total = r.num_envs, seq_len
   cache_one = NamedSharding(mesh, mesh_lib.logical_to_spec(
-      CACHE_AXES, mesh_lib.SAMPLE_RULES, (b, total, mcfg.num_kv_heads, mcfg.head_dim), mesh))
+      CACHE_AXES, mesh_lib.SAMPLE_RULES, cache_shape(mcfg, b, total), mesh))
   cache_sh = cache_shardings(mcfg, cache_one)
   prompts = jax.ShapeDtypeStruct((b, r.max_prompt_tokens), jnp.int32, sharding=batch_sh)
   key = jax.eval_shape(lambda: jax.random.key(0))

@@ -42,7 +42,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from csa_jax import mesh as mesh_lib
-from csa_jax.model.decoder import (CACHE_AXES, Decoder, cache_batch_axis,
+from csa_jax.model.decoder import (CACHE_AXES, Decoder, cache_batch_axis, cache_shape,
                                    cache_shardings, default_positions, token_logprobs)
 
 
@@ -198,14 +198,14 @@ def _grow(x, slots, axis):
   return jnp.pad(x, pad)
 
 
-# A KV cache leaf is [..., B, S, K, Dh] (a leading layer axis when the layers are stacked),
+# A KV cache leaf is [..., B, K, S, Dh] (a leading layer axis when the layers are stacked),
 # so its batch and slot axes count from the end.
 def _cache_rows(c, index_B):
   return jnp.take(c, index_B, axis=c.ndim - 4)
 
 
 def _cache_grow(c, slots):
-  return _grow(c, slots, c.ndim - 3)
+  return _grow(c, slots, c.ndim - 2)
 
 
 def prefill_groups(tokens_BxP: np.ndarray, mask_BxP: np.ndarray, chunk: int = 0
@@ -349,7 +349,7 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
     mask = jax.device_put(mask, mesh_lib.batch_sharding(mesh))
     # The cache grows segment by segment, so its slot axis is never split (a slot axis of
     # 1 makes logical_to_spec drop any mesh axis a rule gives cache_seq).
-    shape = (mask_np.shape[0], 1, model.cfg.num_kv_heads, model.cfg.head_dim)
+    shape = cache_shape(model.cfg, mask_np.shape[0], 1)
     one = NamedSharding(mesh, mesh_lib.logical_to_spec(CACHE_AXES, rules,
                                                       shape, mesh))
     cache_sharding = cache_shardings(model.cfg, one)

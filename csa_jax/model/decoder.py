@@ -26,7 +26,7 @@ Scanned layers (`ModelConfig.scan_layers`, as MaxText and Tunix do for deep mode
 `layers` is then one DecoderLayer whose parameters are stacked along a leading
 "layers" axis [L, ...], and the forward pass is a `lax.scan` over it, so XLA compiles
 one layer body whatever the depth (compile time stays flat from 2 to 80 layers). The
-KV cache is then two stacked arrays [L, B, S, K, Dh]. A scanned and an unscanned model
+KV cache is then two stacked arrays [L, B, K, S, Dh]. A scanned and an unscanned model
 made from the same seed hold the same numbers (layer i of the stack is layer i).
 """
 
@@ -43,8 +43,10 @@ from flax import nnx
 
 from csa_jax.model.config import Llama3RopeScaling, ModelConfig
 
-# Logical axes of one layer's KV cache array [B, S, K, Dh].
-CACHE_AXES = ("cache_batch", "cache_seq", "kv_heads", "head_dim")
+# Logical axes of one layer's KV cache array [B, K, S, Dh]: heads before slots, so a decode
+# step's attention is two batched matmuls over (B, K) that read the cache as it lies (XLA
+# CPU transposed a [B, S, K, Dh] cache for them, or ran them as slow loop reductions).
+CACHE_AXES = ("cache_batch", "kv_heads", "cache_seq", "head_dim")
 # A large finite negative (not -inf) so fully masked rows (padding queries)
 # give a finite uniform softmax instead of NaN.
 _MASK_VALUE = -1e30
@@ -52,8 +54,8 @@ _MASK_VALUE = -1e30
 
 @flax.struct.dataclass
 class KVCache:
-  """Key/value caches in the compute dtype: a tuple of L arrays [B, S, K, Dh], or with
-  scanned layers one stacked array [L, B, S, K, Dh] each."""
+  """Key/value caches in the compute dtype: a tuple of L arrays [B, K, S, Dh], or with
+  scanned layers one stacked array [L, B, K, S, Dh] each."""
   k: tuple[jax.Array, ...] | jax.Array
   v: tuple[jax.Array, ...] | jax.Array
 
@@ -63,8 +65,13 @@ def cache_batch_axis(cfg: ModelConfig) -> int:
   return 1 if cfg.scan_layers else 0
 
 
+def cache_shape(cfg: ModelConfig, batch: int, slots: int) -> tuple[int, int, int, int]:
+  """One layer's KV cache shape [B, K, S, Dh] (CACHE_AXES)."""
+  return (batch, cfg.num_kv_heads, slots, cfg.head_dim)
+
+
 def cache_shardings(cfg: ModelConfig, one_layer: jax.sharding.NamedSharding) -> KVCache:
-  """A KVCache of shardings from one layer's [B, S, K, Dh] sharding."""
+  """A KVCache of shardings from one layer's [B, K, S, Dh] sharding."""
   if cfg.scan_layers:
     spec = jax.sharding.PartitionSpec(None, *one_layer.spec)
     one = jax.sharding.NamedSharding(one_layer.mesh, spec)
@@ -168,51 +175,49 @@ class Attention(nnx.Module):
   def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv=None, cache_index=None):
     """mask_BxTxS: True where query t may attend key s.
 
-    Without a cache the keys are this call's tokens (S == T). With kv=(k, v)
-    caches [B, S, K, Dh] this call's keys/values are written at slots
+    Without a cache the keys are this call's tokens [B, S, K, Dh] (S == T). With kv=(k, v)
+    caches [B, K, S, Dh] this call's keys/values are written at slots
     cache_index .. cache_index+T-1 first; the updated (k, v) is returned.
     """
     q = apply_rope(self.q_proj(x_BxTxD), cos, sin)
     k = apply_rope(self.k_proj(x_BxTxD), cos, sin)
     v = self.v_proj(x_BxTxD)
+    keys = "bskd"  # the layout of k and v below
     if kv is not None:
       k_cache, v_cache = kv
-      start = (0, cache_index, 0, 0)
-      k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
-      v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
-      kv = (k, v)
+      start = (0, 0, cache_index, 0)
+      k = jax.lax.dynamic_update_slice(k_cache, k.swapaxes(1, 2).astype(k_cache.dtype), start)
+      v = jax.lax.dynamic_update_slice(v_cache, v.swapaxes(1, 2).astype(v_cache.dtype), start)
+      kv, keys = (k, v), "bksd"
     b, t = q.shape[:2]
     q = q.reshape(b, t, self.num_kv_heads, self.num_groups, q.shape[-1])
     if t == 1 and kv is not None:
       out = decode_attention(q[:, 0], k, v, mask_BxTxS[:, 0], self.dtype)
       return self.o_proj(out.reshape(b, 1, -1, out.shape[-1])), kv
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(self.dtype),
+    scores = jnp.einsum(f"btkgd,{keys}->bkgts", q, k.astype(self.dtype),
                         preferred_element_type=jnp.float32)
     scores = scores / math.sqrt(q.shape[-1])
     scores = jnp.where(mask_BxTxS[:, None, None], scores, _MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(self.dtype))
+    out = jnp.einsum(f"bkgts,{keys}->btkgd", probs, v.astype(self.dtype))
     out = out.reshape(b, t, -1, out.shape[-1])
     return self.o_proj(out), kv
 
 
-def decode_attention(q_BxKxGxDh, k_BxSxKxDh, v_BxSxKxDh, mask_BxS, dtype):
-  """One query per row over a KV cache [B, S, K, Dh]: the output [B, K, G, Dh].
+def decode_attention(q_BxKxGxDh, k_BxKxSxDh, v_BxKxSxDh, mask_BxS, dtype):
+  """One query per row over a KV cache [B, K, S, Dh]: the output [B, K, G, Dh].
 
-  The same softmax attention as the general path, written as broadcast products
-  reduced over Dh and then over S, so the cache is read in its own layout. As
-  batched dots (the general path's einsums) XLA CPU transposed both caches to
-  [B, K, S, Dh] at every decode step: a full copy of the cache per token.
+  The general path's softmax attention for T = 1: two matmuls batched over (B, K), the
+  cache's leading axes, so they read it in place. (With the cache [B, S, K, Dh] XLA CPU
+  either transposed it at every token or, written as broadcast products, ran loop
+  reductions that took most of a decode step at the tiny shape.)
   """
-  dh = q_BxKxGxDh.shape[-1]
-  q = q_BxKxGxDh.astype(jnp.float32)
-  scores_BxSxKxG = jnp.sum(q[:, None] * k_BxSxKxDh.astype(jnp.float32)[:, :, :, None, :],
-                           -1) / math.sqrt(dh)
-  scores_BxSxKxG = jnp.where(mask_BxS[:, :, None, None], scores_BxSxKxG, _MASK_VALUE)
-  probs_BxSxKxG = jax.nn.softmax(scores_BxSxKxG, axis=1).astype(dtype)
-  out = jnp.sum(probs_BxSxKxG[..., None] * v_BxSxKxDh.astype(dtype)[:, :, :, None, :], 1,
-                dtype=jnp.float32)
-  return out.astype(dtype)
+  scores_BxKxGxS = jnp.einsum("bkgd,bksd->bkgs", q_BxKxGxDh, k_BxKxSxDh.astype(dtype),
+                              preferred_element_type=jnp.float32)
+  scores_BxKxGxS = scores_BxKxGxS / math.sqrt(q_BxKxGxDh.shape[-1])
+  scores_BxKxGxS = jnp.where(mask_BxS[:, None, None], scores_BxKxGxS, _MASK_VALUE)
+  probs_BxKxGxS = jax.nn.softmax(scores_BxKxGxS, axis=-1).astype(dtype)
+  return jnp.einsum("bkgs,bksd->bkgd", probs_BxKxGxS, v_BxKxSxDh.astype(dtype))
 
 
 class MLP(nnx.Module):
@@ -373,7 +378,7 @@ class Decoder(nnx.Module):
   def init_cache(self, batch_size: int, max_len: int) -> KVCache:
     """Zero KV cache of max_len slots (prompt + new tokens)."""
     c = self.cfg
-    shape = (batch_size, max_len, c.num_kv_heads, c.head_dim)
+    shape = cache_shape(c, batch_size, max_len)
     if c.scan_layers:
       zeros = jnp.zeros((c.num_layers,) + shape, c.jnp_dtype)
       return KVCache(k=zeros, v=zeros)
