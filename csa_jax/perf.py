@@ -21,9 +21,9 @@ device samples for the other, so `sample` is then the time the host waited for t
 (the device's busy time minus what hid behind environment steps).
 
 Counters give the padding fractions: sampler prompt rows (pad slots / all slots of the
-prompt batches, dummy prompts of finished slots counted as padding), generated-token
-slots (rows x decode steps run, tokens of dummy rows counted as padding), and training
-rows (pad tokens / all token slots of the update batches).
+prompt batches the sampler ran, rows it ran beyond the live ones counted as padding),
+generated-token slots (rows x decode steps run), and training rows (pad tokens / all token
+slots of the update batches).
 """
 
 from __future__ import annotations
@@ -62,14 +62,15 @@ class Timer:
     self.counts[name] += value
 
   def count_sampler_call(self, prompt_lens: list[int], live: list[bool], gen_lens: list[int],
-                         prompt_width: int) -> None:
-    """One sampler call of len(prompt_lens) rows, each padded to `prompt_width` slots;
-    `live` marks real prompts (the others are dummies of finished or idle slots). The
-    decode loop runs until its longest row stops, so every row costs max(gen_lens)."""
+                         rows: int, prompt_width: int) -> None:
+    """One policy call over len(prompt_lens) slots, `live` marking real prompts (the
+    others are dummies of finished or idle slots), that sampled `rows` rows (at least the
+    live ones; the sampler may skip dummies) padded to `prompt_width` slots. The decode
+    loop runs until its longest row stops, so every row costs the longest live answer."""
     self.add("prompt_tokens", sum(n for n, ok in zip(prompt_lens, live) if ok))
-    self.add("prompt_slots", len(prompt_lens) * prompt_width)
+    self.add("prompt_slots", rows * prompt_width)
     self.add("gen_tokens", sum(n for n, ok in zip(gen_lens, live) if ok))
-    self.add("gen_slots", len(gen_lens) * max(gen_lens, default=0))
+    self.add("gen_slots", rows * max((n for n, ok in zip(gen_lens, live) if ok), default=0))
 
   def count_train_batch(self, real_tokens: int, slots: int) -> None:
     self.add("train_tokens", real_tokens)

@@ -290,8 +290,9 @@ def run_episodes(pool, policy: PolicyFn, tok: Tokenizer, tasks: Sequence[tuple[s
                  fmt: PromptFormat = PLAIN, perf: Timer | None = None) -> list[Trajectory]:
   """Plays one episode per task, `pool.num_envs` at a time; results in task order.
 
-  The policy always gets `pool.num_envs` prompts (finished or idle slots send a one-token
-  dummy), so the jitted sampler sees a single shape for the whole run. With
+  The policy always gets `pool.num_envs` prompts (finished or idle slots send
+  `dummy_prompt`), one per slot; trainer.SamplerPolicy samples only the live ones, in one of
+  three row counts, so finished slots cost (almost) nothing and few shapes compile. With
   `cfg.overlap` the wave's slots play in two halves whose sampling and environment steps
   alternate (`_play_overlapped`). `perf` (a csa_jax.perf.Timer) times environment steps,
   prompt building and sampling, and counts the sampler's padding.
@@ -336,7 +337,7 @@ class _Wave:
               ) -> tuple[list[list[int]], list[int]]:
     """`width` prompts for slots first .. first + width - 1: the live ones in `idx`
     built from their state, the others one-token dummies; and the actions each dropped."""
-    prompts = [[self.tok.eos_id] for _ in range(width)]
+    prompts = [dummy_prompt(self.tok) for _ in range(width)]
     dropped = [0] * width
     c = self.cfg
     with self.perf.phase("prompt"):
@@ -348,14 +349,14 @@ class _Wave:
     return prompts, dropped
 
   def act(self, idx: list[int], first: int, prompts, dropped, action_ids, action_logps,
-          prompt_width: int) -> None:
+          shape: tuple[int, int]) -> None:
     """Steps the environments of `idx` with the policy's answers and records the steps;
-    the call's prompts were padded to `prompt_width` (`_prompt_width`)."""
+    the call sampled `shape` = (rows, prompt width) (`_sampler_shape`)."""
     live = [False] * len(prompts)
     for i in idx:
       live[i - first] = True
     self.perf.count_sampler_call([len(p) for p in prompts], live,
-                                 [len(a) for a in action_ids], prompt_width)
+                                 [len(a) for a in action_ids], *shape)
     answers = [self.fmt.read_answer(action_text(self.tok, action_ids[i - first])) for i in idx]
     with self.perf.phase("env"):
       stepped = self.pool.step(idx, [a for a, _ in answers])
@@ -383,11 +384,18 @@ class _Wave:
     return self.trajs
 
 
-def _prompt_width(policy, prompts: list[list[int]], cfg: RolloutConfig) -> int:
-  """The width a policy call pads `prompts` to: the policy's own `prompt_width` where it
-  has one (trainer.SamplerPolicy buckets widths), else the prompt budget."""
-  width = getattr(policy, "prompt_width", None)
-  return width(prompts) if width is not None else cfg.max_prompt_tokens
+def dummy_prompt(tok: Tokenizer) -> list[int]:
+  """The one-token prompt of a finished or idle slot (a policy may skip it:
+  trainer.SamplerPolicy samples only the other rows)."""
+  return [tok.eos_id]
+
+
+def _sampler_shape(policy, prompts: list[list[int]], cfg: RolloutConfig) -> tuple[int, int]:
+  """(rows, prompt width) a policy call samples for `prompts`: the policy's own
+  `sampler_shape` where it has one (trainer.SamplerPolicy drops dummy rows and buckets
+  widths), else every row at the prompt budget."""
+  shape = getattr(policy, "sampler_shape", None)
+  return shape(prompts) if shape is not None else (len(prompts), cfg.max_prompt_tokens)
 
 
 def _play_serial(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) -> None:
@@ -401,7 +409,7 @@ def _play_serial(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) -> Non
     with wave.perf.phase("sample"):
       action_ids, action_logps = policy(prompts, rng)
     wave.act(idx, 0, prompts, dropped, action_ids, action_logps,
-             _prompt_width(policy, prompts, wave.cfg))
+             _sampler_shape(policy, prompts, wave.cfg))
 
 
 def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) -> None:
@@ -429,7 +437,7 @@ def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) ->
       prompts, dropped = wave.prompts(idx, firsts[k], half)
       with wave.perf.phase("sample"):
         pending[k] = (idx, prompts, dropped, dispatch(prompts, rng),
-                      _prompt_width(policy, prompts, wave.cfg))
+                      _sampler_shape(policy, prompts, wave.cfg))
       turns[k] += 1
 
   launch(0)
@@ -438,11 +446,11 @@ def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) ->
     for k in (0, 1):
       if pending[k] is None:
         continue
-      idx, prompts, dropped, handle, width = pending[k]
+      idx, prompts, dropped, handle, shape = pending[k]
       with wave.perf.phase("sample"):
         action_ids, action_logps = collect(handle)
       # The other half's sampling (dispatched last) runs on the device meanwhile.
-      wave.act(idx, firsts[k], prompts, dropped, action_ids, action_logps, width)
+      wave.act(idx, firsts[k], prompts, dropped, action_ids, action_logps, shape)
       launch(k)
 
 

@@ -114,26 +114,47 @@ class SamplerPolicy:
     """Starts sampling and returns at once (JAX dispatch is asynchronous): the arrays
     are ready when `collect` reads them (rollout.overlap steps environments meanwhile)."""
     del rng  # the sampler's randomness comes from its own jax key stream
-    tokens, mask = sampling.left_pad(prompts, self._tok.pad_id,
-                                     bucket=self.prompt_width(prompts))
+    live, (rows, width) = self._live(prompts), self.sampler_shape(prompts)
+    # Rows beyond the live ones repeat the first (one shared prefill; a call of dummies
+    # alone samples one of them); their answers are dropped.
+    first = live[0] if live else 0
+    chosen = live + [first] * (rows - len(live))
+    tokens, mask = sampling.left_pad([prompts[i] for i in chosen], self._tok.pad_id,
+                                     bucket=width)
     self.key, sub = jax.random.split(self.key)
     model = nnx.merge(self._graphdef, self._get_params())
-    return sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
-                           cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
-                           prefill_chunk=self._prefill_chunk)
+    out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
+                          cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
+                          prefill_chunk=self._prefill_chunk)
+    return out, live, len(prompts)
 
-  def prompt_width(self, prompts: list[list[int]]) -> int:
-    """Widths in powers of two up to the prompt budget: short prompts do not pay for the
-    whole budget, and a run compiles a handful of shapes (the rollout counts its padding
-    with this width too)."""
-    return sampling.bucket_length(max(map(len, prompts)), self._bucket)
+  def _live(self, prompts: list[list[int]]) -> list[int]:
+    """The rows worth sampling: not the rollout's dummies of finished or idle slots."""
+    dummy = rollout_lib.dummy_prompt(self._tok)
+    return [i for i, p in enumerate(prompts) if p != dummy]
+
+  def sampler_shape(self, prompts: list[list[int]]) -> tuple[int, int]:
+    """(rows, prompt width) the sampler runs for `prompts`. Rows: the live ones rounded up
+    to a quarter, a half or all of the call's rows (a multiple of the mesh's data axis), so
+    finished slots stop costing and a run compiles at most three row counts per width.
+    Width: the longest prompt rounded up to a power of two, at most the prompt budget, so
+    short prompts do not pay for the whole budget. The rollout counts padding with these."""
+    n, live = len(prompts), max(len(self._live(prompts)), 1)
+    data = 1 if self._mesh is None else self._mesh.shape["data"]
+    rows = next(r for r in (-(-n // d // data) * data for d in (4, 2, 1)) if r >= live)
+    return rows, sampling.bucket_length(max(map(len, prompts)), self._bucket)
 
   @staticmethod
-  def collect(out: sampling.SampleOutput) -> tuple[list[list[int]], list[list[float]]]:
+  def collect(pending) -> tuple[list[list[int]], list[list[float]]]:
+    """The answers of `dispatch`'s call, one per prompt it was given (empty for the rows it
+    did not sample)."""
+    out, live, n = pending
     ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
                         np.asarray(out.lengths_B))
-    return ([ids[i, :lens[i]].tolist() for i in range(len(lens))],
-            [logps[i, :lens[i]].tolist() for i in range(len(lens))])
+    got_ids, got_logps = [[] for _ in range(n)], [[] for _ in range(n)]
+    for row, i in enumerate(live):
+      got_ids[i], got_logps[i] = ids[row, :lens[row]].tolist(), logps[row, :lens[row]].tolist()
+    return got_ids, got_logps
 
   # The key as JSON (the checkpoint's meta) and back.
   def key_state(self) -> list[int]:

@@ -417,23 +417,67 @@ def test_overlap_plays_the_serial_episodes(num_envs):
 
 
 class _BucketingPolicy(_PromptPolicy):
-  """_PromptPolicy that pads each call to the next multiple of 16, as a sampler that
-  buckets prompt widths (trainer.SamplerPolicy.prompt_width) would."""
+  """_PromptPolicy that says it samples the live rows alone, each padded to the next
+  multiple of 16, as a sampler that skips dummies and buckets prompt widths
+  (trainer.SamplerPolicy.sampler_shape) would."""
 
-  def prompt_width(self, prompts):
-    return -(-max(map(len, prompts)) // 16) * 16
+  def sampler_shape(self, prompts):
+    live = [p for p in prompts if p != R.dummy_prompt(TOK)]
+    return len(live), -(-max(map(len, prompts)) // 16) * 16
 
 
-def test_sampler_padding_counts_the_width_the_policy_pads_to():
+def test_sampler_padding_counts_the_rows_and_width_the_policy_samples():
   from csa_jax.perf import Timer
 
   cfg = dataclasses.replace(RolloutConfig(), max_turns=3, max_prompt_tokens=512)
-  policy, timer, widths = _BucketingPolicy(TOK), Timer(), []
+  policy, timer, slots = _BucketingPolicy(TOK), Timer(), []
   real = policy.dispatch
-  policy.dispatch = lambda p, r: (widths.append(len(p) * policy.prompt_width(p)), real(p, r))[1]
+  policy.dispatch = lambda p, r: (slots.append(np.prod(policy.sampler_shape(p))), real(p, r))[1]
   with EnvPool("twx", {"game": "coin", "step_limit": 3}, 3) as pool:
-    R.run_episodes(pool, policy, TOK, [("train", i) for i in range(3)], cfg,
-                   np.random.default_rng(0), perf=timer)
-  assert widths and timer.counts["prompt_slots"] == sum(widths)
-  assert timer.counts["prompt_slots"] < len(widths) * 3 * cfg.max_prompt_tokens
+    trajs = R.run_episodes(pool, policy, TOK, [("train", i) for i in range(3)], cfg,
+                           np.random.default_rng(0), perf=timer)
+  assert slots and timer.counts["prompt_slots"] == sum(slots)
+  assert timer.counts["prompt_slots"] < len(slots) * 3 * cfg.max_prompt_tokens
+  assert len(trajs) == 3
 
+
+
+def test_sampler_policy_samples_only_live_rows_and_answers_as_the_full_batch():
+  """trainer.SamplerPolicy skips the dummies of finished slots: it samples the live rows in
+  a quarter, a half or all of the call's rows, answers dummies with nothing, and (greedy,
+  where no key enters) gives each live row what sampling every row gives it."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from csa_jax import sampling
+  from csa_jax.config import ExperimentConfig
+  from csa_jax.model import Decoder, ModelConfig
+  from csa_jax.trainer import SamplerPolicy, sampling_config
+
+  cfg = ExperimentConfig(
+      model=ModelConfig.tiny(vocab_size=TOK.vocab_size, max_seq_len=64),
+      rollout=dataclasses.replace(RolloutConfig(), max_prompt_tokens=32, max_action_tokens=5,
+                                  num_envs=8))
+  graphdef, params = nnx.split(Decoder(cfg.model, rngs=nnx.Rngs(0)), nnx.Param)
+  policy = SamplerPolicy(graphdef, lambda: params, TOK, cfg, greedy=True, key=jax.random.key(0))
+  rng = np.random.default_rng(0)
+  real = [list(rng.integers(3, TOK.vocab_size, rng.integers(4, 30))) for _ in range(8)]
+  dummy = R.dummy_prompt(TOK)
+  for live in ([0, 1, 2, 3, 4, 5, 6, 7], [2, 5, 6], [7], []):
+    prompts = [real[i] if i in live else dummy for i in range(8)]
+    rows, width = policy.sampler_shape(prompts)
+    assert rows == next(r for r in (2, 4, 8) if r >= max(len(live), 1))
+    assert width == sampling.bucket_length(max(map(len, prompts)), 32)
+    ids, logps = policy(prompts, rng)
+    tokens, mask = sampling.left_pad(prompts, TOK.pad_id, bucket=width)
+    full = sampling.sample(nnx.merge(graphdef, params), jnp.asarray(tokens), jnp.asarray(mask),
+                           rng=jax.random.key(1), pad_id=TOK.pad_id,
+                           cfg=sampling_config(cfg, TOK, greedy=True))
+    for i in range(8):
+      n = int(full.lengths_B[i])
+      if i in live:
+        assert ids[i] == np.asarray(full.tokens_BxN)[i, :n].tolist()
+        np.testing.assert_allclose(logps[i], np.asarray(full.logprobs_BxN)[i, :n], atol=1e-5)
+      else:
+        assert ids[i] == [] and logps[i] == []
