@@ -40,9 +40,15 @@ PACKED_KEYS = ("inputs", "attn_mask", "positions", "segment_ids", "act_idx", "ta
                "loss_mask", "old_logp", "adv")
 # A packed batch's sequence count is rounded up to the next of PACK_STEPS evenly spaced
 # counts per doubling (1..8, then 9, 10, .. 16, 18, 20, .. 32, 36, ...): at most 1/PACK_STEPS
-# of the sequences are rounding. All minibatches of one call share the count (one compiled
-# update shape); the trainer keeps the most it has used, so a run compiles a few at most.
+# of the sequences are rounding. A count already compiled is reused for a minibatch that
+# needs fewer, down to 1 / (1 + PACK_REUSE_SLACK) of it (`reuse_count`), so a run compiles a
+# new update shape only for a need no compiled count holds with that little to spare.
 PACK_STEPS = 8
+PACK_REUSE_SLACK = 0.25
+# A packed step costs about 10% more per sequence than an unpacked one (segment masks, the
+# gather of action slots; the quickstart measured 3.0-3.25 s against 2.6-2.9 s per update at
+# the same count), so a minibatch is packed only where that saves at least 1/8 of them.
+PACK_MAX_FILL = 7 / 8
 
 
 def rl_rows(trajs: Sequence[Trajectory], adv_BxGxT: np.ndarray, group_size: int,
@@ -217,32 +223,55 @@ def pack_rows(rows: Sequence[Row], *, seq_len: int, action_len: int, micro_batch
   return out
 
 
-def packed_seqs(rows: Sequence[Row], *, batch_size: int, seq_len: int, pad_id: int, seed: int,
-                epochs: int = 1, micro_batches: int = 1, seq_multiple: int = 1) -> int:
-  """Sequences per micro-batch that every minibatch of `packed_batches` with these arguments
-  fits in: `seq_count` of the most any minibatch needs (lengths alone decide it)."""
+def packed_needs(rows: Sequence[Row], *, batch_size: int, seq_len: int, pad_id: int, seed: int,
+                 epochs: int = 1, micro_batches: int = 1, seq_multiple: int = 1) -> list[int]:
+  """Sequences per micro-batch each minibatch of `packed_batches` with these arguments needs,
+  in order: `seq_count` of what its rows take (lengths alone decide it)."""
   m = micro_batches
   minibatches = (_shuffled(rows, batch_size, pad_id, seed, epochs)
                  .batch(batch_size, drop_remainder=True, batch_fn=list))
-  need = max(_bins(_token_lens(mb), seq_len, m)[1] for mb in minibatches)
-  return seq_count(need, batch_size, m, seq_multiple)
+  return [seq_count(_bins(_token_lens(mb), seq_len, m)[1], batch_size, m, seq_multiple)
+          for mb in minibatches]
+
+
+def reuse_count(need: int, compiled: list[int], rows: int) -> int:
+  """The sequence count for a minibatch of `rows` rows (per micro-batch) that needs `need`:
+  0 (lay it out unpacked) where packing would save less than 1 - PACK_MAX_FILL of the
+  sequences; else the smallest count already compiled that holds it with at most
+  PACK_REUSE_SLACK of its sequences spare, else `need` itself, which joins `compiled` (the
+  caller's list, one per update shape it compiled)."""
+  if need > PACK_MAX_FILL * rows:
+    return 0
+  fits = [c for c in compiled if need <= c <= need * (1 + PACK_REUSE_SLACK)]
+  if fits:
+    return min(fits)
+  compiled.append(need)
+  return need
 
 
 def packed_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: int,
                    pad_id: int, seed: int, epochs: int = 1, micro_batches: int = 1,
-                   seq_multiple: int = 1, seqs_per_micro: int = 0) -> grain.MapDataset:
+                   seq_multiple: int = 1, seqs_per_micro: Sequence[int] = ()
+                   ) -> grain.MapDataset:
   """`batches` packed: the same rows in the same minibatches (the same padding rows,
-  shuffle and repeat), every minibatch laid out by `pack_rows` in the same number of
-  sequences, so the update compiles one shape per call: `seqs_per_micro` per micro-batch,
-  or (0) `packed_seqs`, what the fullest minibatch needs. A caller that passes the most it
-  has used so far (Trainer.pack_floor) compiles a new shape only when that grows."""
-  seqs_per_micro = seqs_per_micro or packed_seqs(
+  shuffle and repeat), minibatch i laid out by `pack_rows` in `seqs_per_micro[i]` sequences
+  per micro-batch (0: unpacked, as `batches` lays it out), or (empty) in what it needs
+  (`packed_needs`). The trainer passes `reuse_count`'s counts, so a run compiles a few
+  update shapes and packs only where it pays."""
+  counts = list(seqs_per_micro) or packed_needs(
       rows, batch_size=batch_size, seq_len=seq_len, pad_id=pad_id, seed=seed, epochs=epochs,
       micro_batches=micro_batches, seq_multiple=seq_multiple)
+
+  def lay_out(i, mb):
+    if not counts[i]:
+      arrays = [row_arrays(r, seq_len, action_len) for r in mb]
+      return {k: np.stack([a[k] for a in arrays]) for k in BATCH_KEYS}
+    return pack_rows(mb, seq_len=seq_len, action_len=action_len,
+                     micro_batches=micro_batches, seqs_per_micro=counts[i])
+
   return (_shuffled(rows, batch_size, pad_id, seed, epochs)
           .batch(batch_size, drop_remainder=True, batch_fn=list)
-          .map(lambda mb: pack_rows(mb, seq_len=seq_len, action_len=action_len,
-                                    micro_batches=micro_batches, seqs_per_micro=seqs_per_micro)))
+          .map_with_index(lay_out))
 
 
 def token_counts(batch: dict[str, np.ndarray]) -> tuple[int, int]:

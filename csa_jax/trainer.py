@@ -299,8 +299,9 @@ class Trainer:
     self.algo = algorithms.get(c.algo.method)
     self.aux: Any = {}  # the method's auxiliary state (models, optimizer states)
     self.env_steps = 0
-    # Packed sequences per micro-batch so far, per phase ("sft", "rl"): `_batches`.
-    self.pack_floor: dict[str, int] = {}
+    # The packed sequence counts (per micro-batch) each phase ("sft", "rl") has compiled
+    # an update for: `_batches`.
+    self.pack_counts: dict[str, list[int]] = {}
     self.summary: dict[str, Any] = {}
     self.guard = NonFiniteGuard(c.optim.max_nonfinite_in_a_row)
     self.stop = StopOnSignal()
@@ -428,10 +429,10 @@ class Trainer:
                pack: bool | None = None):
     """Batches of `batch_size` rows: inputs as long as prompt + action budgets, one action
     slot per possible action token; packed (`pack`, default optim.pack_rows) into sequences
-    of that length, else one row per sequence (one shape). Packed, every batch of a call
-    has the phase's sequence count so far (`pack_floor`, saved with checkpoints so a resumed
-    run lays rows out as the uninterrupted one), raised when these rows need more: the
-    update compiles a new shape only when that count grows."""
+    of that length, else one row per sequence (one shape). Packed, each minibatch takes a
+    sequence count the phase has compiled where one fits, or the unpacked layout where
+    packing saves little (`data.reuse_count` over `pack_counts`, saved with checkpoints so
+    a resumed run lays rows out as the uninterrupted one): a run compiles a few shapes."""
     r = self.cfg.rollout
     kw = dict(batch_size=batch_size, seq_len=r.max_prompt_tokens + r.max_action_tokens,
               pad_id=self.tok.pad_id, seed=seed, epochs=epochs)
@@ -439,9 +440,11 @@ class Trainer:
       return data_lib.batches(rows, action_len=r.max_action_tokens, **kw)
     kw |= dict(micro_batches=micro_batches(self.cfg.optim, batch_size),
                seq_multiple=self.mesh.shape["data"])
-    seqs = max(self.pack_floor.get(phase, 0), data_lib.packed_seqs(rows, **kw))
-    self.pack_floor[phase] = seqs
-    return data_lib.packed_batches(rows, action_len=r.max_action_tokens, seqs_per_micro=seqs,
+    compiled = self.pack_counts.setdefault(phase, [])
+    per_micro = batch_size // kw["micro_batches"]
+    counts = [data_lib.reuse_count(n, compiled, per_micro)
+              for n in data_lib.packed_needs(rows, **kw)]
+    return data_lib.packed_batches(rows, action_len=r.max_action_tokens, seqs_per_micro=counts,
                                    **kw)
 
   def _to_device(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
@@ -701,7 +704,7 @@ class Trainer:
     meta = meta | {"env_steps": self.env_steps, "np_rng": self.np_rng.bit_generator.state,
                    "summary": self.summary, "nonfinite": self.guard.state(),
                    "rollout_key": self.policies["rollout"].key_state(),
-                   "processes": dist.process_count(), "pack_floor": self.pack_floor}
+                   "processes": dist.process_count(), "pack_counts": self.pack_counts}
     if dist.multi():  # each process's own sampler stream; the meta is process 0's
       keys = dist.gather_concat(np.asarray(self.policies["rollout"].key_state(), np.uint32))
       meta["rollout_keys"] = keys.reshape(dist.process_count(), -1).tolist()
@@ -742,7 +745,8 @@ class Trainer:
     state, self.aux = algorithms.unpack_state(tree, self.aux)
     self.env_steps = int(meta["env_steps"])
     self.np_rng.bit_generator.state = meta["np_rng"]
-    self.pack_floor = dict(meta.get("pack_floor", {}))  # absent before packed counts were kept
+    # Absent in checkpoints written before the counts were kept.
+    self.pack_counts = {k: list(v) for k, v in meta.get("pack_counts", {}).items()}
     self.summary = meta["summary"]
     self.guard.load(meta["nonfinite"])
     self.policies["rollout"].set_key_state(

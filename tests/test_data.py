@@ -173,23 +173,48 @@ def test_packing_is_deterministic():
       np.testing.assert_array_equal(a[k], b[k])
 
 
-def test_one_call_packs_every_minibatch_into_one_sequence_count():
-  """One compiled update shape per call: every minibatch gets the count the fullest needs
-  (each minibatch packed alone decides its own); a larger count is honoured, a smaller one
-  refused."""
+def test_minibatches_take_the_counts_given_or_their_own_need():
+  """Each minibatch packs into the count given for it (at least its need, else refused), or
+  without counts into its own need, which is what it alone would take."""
   rows = _rows(np.random.default_rng(4), 45)
   kw = dict(batch_size=8, seq_len=14, pad_id=0, seed=3, epochs=2, micro_batches=2)
   alone = [D.pack_rows(mb, seq_len=14, action_len=3, micro_batches=2)["inputs"].shape[0]
            for mb in D._shuffled(rows, 8, 0, 3, 2).batch(8, drop_remainder=True, batch_fn=list)]
-  assert len(set(alone)) > 1  # the minibatches alone would compile several shapes
-  seqs = D.packed_seqs(rows, **kw)
-  assert 2 * seqs == max(alone)
-  shared = [b["inputs"].shape[0] for b in D.iterate(D.packed_batches(rows, action_len=3, **kw))]
-  assert shared == [max(alone)] * len(alone)
-  more = D.packed_batches(rows, action_len=3, seqs_per_micro=seqs + 3, **kw)
-  assert {b["inputs"].shape[0] for b in D.iterate(more)} == {2 * (seqs + 3)}
+  assert len(set(alone)) > 1
+  needs = D.packed_needs(rows, **kw)
+  assert [2 * n for n in needs] == alone
+  got = [b["inputs"].shape[0] for b in D.iterate(D.packed_batches(rows, action_len=3, **kw))]
+  assert got == alone
+  unpacked = [0] * len(needs)  # 0: the unpacked layout, as `batches` gives it
+  for u, b in zip(D.iterate(D.packed_batches(rows, action_len=3, seqs_per_micro=unpacked,
+                                             **kw)),
+                  D.iterate(D.batches(rows, batch_size=8, seq_len=14, action_len=3, pad_id=0,
+                                      seed=3, epochs=2)), strict=True):
+    assert set(u) == set(D.BATCH_KEYS)
+    for k in D.BATCH_KEYS:
+      np.testing.assert_array_equal(u[k], b[k])
+  more = [n + i % 3 for i, n in enumerate(needs)]
+  got = [b["inputs"].shape[0]
+         for b in D.iterate(D.packed_batches(rows, action_len=3, seqs_per_micro=more, **kw))]
+  assert got == [2 * n for n in more]
   with pytest.raises(ValueError, match="sequences per micro-batch"):
-    list(D.iterate(D.packed_batches(rows, action_len=3, seqs_per_micro=1, **kw)))
+    list(D.iterate(D.packed_batches(rows, action_len=3, seqs_per_micro=[1] * len(needs), **kw)))
+
+
+def test_reuse_count_takes_the_smallest_compiled_count_within_the_slack():
+  """A compiled count c serves a need n when n <= c <= 1.25 n; a need above 7/8 of the rows
+  is laid out unpacked (0) and compiles no packed shape."""
+  needs, rows = (40, 36, 32, 44, 33, 8, 7, 10, 9, 57, 64, 56), 64
+  compiled = []
+  picks = [D.reuse_count(n, compiled, rows) for n in needs]
+  want, ref = [], []
+  for n in needs:
+    fits = [c for c in ref if n <= c <= 1.25 * n]
+    want.append(0 if n > 56 else min(fits) if fits else n)
+    if n <= 56 and not fits:
+      ref.append(n)
+  assert picks == want == [40, 40, 40, 44, 40, 8, 8, 10, 10, 0, 0, 56]
+  assert compiled == ref == [40, 44, 8, 10, 56]
 
 
 def test_round_up_count_against_a_loop():
