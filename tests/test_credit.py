@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 import scipy.stats
+from flax import nnx
 
 from csa_jax import credit
 from experiments import credit as study
@@ -171,3 +172,29 @@ def test_credit_command_end_to_end(tmp_path):
   assert "study_sft" in text and "study_rl" in text and "csa_step" in text
   for f in ("summary.csv", "metrics_G8.png", "vs_G.png", "runs/study_rl/meta.json"):
     assert os.path.exists(tmp_path / "reports" / "credit_test" / f)
+  _check_entropy_by_position(run)
+
+
+def _check_entropy_by_position(run):
+  """experiments.entropy_by_position on the same tiny run: its per-position entropies equal a
+  NumPy computation from the model's logits, and it prints both policies' positions."""
+  import contextlib
+  import io
+
+  from experiments import entropy_by_position as ebp
+  from experiments.credit import load_run
+
+  _, tok, graphdef, params, _, _ = load_run(run, "rl")
+  prompt, action = tok.encode("You see a coin. > take"), tok.encode(" coin") + [tok.eos_id]
+  logits = np.asarray(nnx.merge(graphdef, params)(np.asarray([prompt + action[:-1]]))[0],
+                      np.float64)[len(prompt) - 1:]
+  logp = logits - logits.max(-1, keepdims=True)
+  logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+  np.testing.assert_allclose(ebp.position_entropies(graphdef, params, prompt, action),
+                             -(np.exp(logp) * logp).sum(-1), rtol=1e-4, atol=1e-5)
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    ebp.main([run, "--tasks", "2"])
+  lines = out.getvalue().splitlines()
+  assert "4 episodes" in lines[0]
+  assert [ln.split()[0] for ln in lines[1:]] == ["sft", "rl"] and all("pos 0:" in ln for ln in lines[1:])
