@@ -5,7 +5,7 @@
 Behaviour cloning on the expert's episodes for 200 train tasks, then 40 iterations of RL
 with CSA (lambda 0.5, 4 tasks x G=8 rollouts), then evaluation with greedy and with
 sampled actions on 200 tasks of the test fold that training never saw. Tokenizer and
-decoder are built from scratch, so nothing is downloaded. About 8 minutes on the 2-core
+decoder are built from scratch, so nothing is downloaded. About 4 minutes on the quiet 2-core
 machine. Over 4 seeds RL does not improve on the SFT start here (reports/quickstart.md:
 sampled -0.013 [-0.08, +0.06], SFT already near 0.87); it is the end-to-end check of the
 pipeline, and `coin_doors` the testbed where RL gains were measured.
