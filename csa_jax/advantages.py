@@ -14,6 +14,9 @@ Implements, as pure jitted functions:
 - GiGPO (Feng et al., 2025, verl-agent, arXiv 2505.10978): steps of one task group whose
   anchor state is identical form a step group; A_S is the discounted return normalised
   within it; `A = A_E + w * A_S`.
+- csa_state (this project): CSA's step term over GiGPO's anchor-state step groups instead
+  of step indices, so that it compares decisions taken in the same state
+  (`csa_state_advantages`).
 - CSA+GiGPO: both step terms on one episode term (see `csa_gigpo_advantages`).
 - DAPO (Yu et al., 2025, arXiv 2503.14476) helpers on the reward side: dynamic sampling
   (`dynamic_sampling_keep`) and overlong reward shaping (`overlong_penalty`,
@@ -325,8 +328,11 @@ def step_groups(state_id_BxGxT, mask_BxGxT):
   return seg_BxN.reshape(B, G, T), size_BxN.reshape(B, G, T)
 
 
-def _segment_normalize(x, active, seg, num_segments, *, eps, ddof, std_normalize):
-  """`_center` / `_standardize` over segments instead of an axis (flat arrays)."""
+def _segment_normalize(x, active, seg, num_segments, *, eps, ddof, std_normalize,
+                       atol=None):
+  """`_center` / `_standardize` over segments instead of an axis (flat arrays); `atol`
+  (per entry, optional) is a spread of the true values at or below which a segment
+  counts as tied, as in `_center`."""
   ssum = lambda v: jax.ops.segment_sum(v, seg, num_segments=num_segments)
   x = jnp.clip(jnp.where(active, x, 0.0), -_MAX_ABS, _MAX_ABS)
   s = jax.ops.segment_max(jnp.abs(x), seg, num_segments=num_segments)
@@ -339,6 +345,8 @@ def _segment_normalize(x, active, seg, num_segments, *, eps, ddof, std_normalize
   lo = jax.ops.segment_min(jnp.where(active, y, jnp.inf), seg,
                            num_segments=num_segments)[seg]
   ok = active & (n >= max(2, ddof + 1)) & (hi - lo > _TIE_RTOL * jnp.maximum(hi, -lo))
+  if atol is not None:
+    ok &= (hi - lo) * s > atol
   c = jnp.where(ok, y - mean, 0.0)
   if not std_normalize:
     return c * s
@@ -435,6 +443,64 @@ def csa_gigpo_advantages(step_rewards_BxGxT, logp_BxGxT, mask_BxGxT, state_id_Bx
                                   ddof=ddof)
   return jnp.where(mask, adv_e_BxG[..., None] + lam * csa_s_BxGxT + w * gig_s_BxGxT,
                    0.0)
+
+
+# ------------------------------------------------------------------------------------
+# CSA over anchor-state groups.
+# ------------------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnames=("ddof",))
+def csa_state_components(rewards_BxG, logp_BxGxT, mask_BxGxT, state_id_BxGxT, *, eps=1e-6,
+                         ddof=1):
+  """CSA's parts with the step term over anchor-state groups: (A_E [B, G], A_S [B, G, T]).
+
+  CSA compares the log-probs of the rollouts active at one step index; once rollouts
+  diverge those are decisions in different states. Here the comparison set of a step is
+  its anchor-state step group, as GiGPO's (`step_groups`: the active steps of one task
+  group whose state ids are equal, whichever rollout and step index they come from).
+  Within each group: dev = logp - mean(logp), l = A_E * dev, A_S = (l - mean l) /
+  (std l + eps); 0 for a group of fewer than max(2, ddof + 1) steps or whose l (or logp)
+  has no spread, with CSA's tie rules (`csa_components`). A_E is GRPO over the rollouts
+  with at least one active step. With state ids that make each step index its own group
+  (id = t) this is CSA exactly.
+  """
+  mask_BxGxT = _as_mask(mask_BxGxT)
+  logp_BxGxT = _f32(logp_BxGxT)
+  state_id_BxGxT = _check_state_id(state_id_BxGxT)
+  _check_steps(mask_BxGxT, logp_BxGxT=logp_BxGxT, state_id_BxGxT=state_id_BxGxT)
+  _check_same("rewards_BxG", _f32(rewards_BxG).shape, "mask_BxGxT[..., 0]",
+              mask_BxGxT.shape[:2])
+  _check_ddof(ddof)
+  B, G, T = mask_BxGxT.shape
+  adv_e_BxG = episode_advantages(rewards_BxG, valid_BxG=mask_BxGxT.any(-1), eps=eps,
+                                 ddof=ddof)
+  seg_N = step_groups(state_id_BxGxT, mask_BxGxT)[0].reshape(-1)
+  act_N, n_seg = mask_BxGxT.reshape(-1), B * G * T
+  seg_max = lambda v: jax.ops.segment_max(jnp.where(act_N, v, 0.0), seg_N,
+                                          num_segments=n_seg)[seg_N]
+  logp_N = logp_BxGxT.reshape(-1)
+  dev_N = _segment_normalize(logp_N, act_N, seg_N, n_seg, eps=eps, ddof=0,
+                             std_normalize=False)
+  ae_N = jnp.broadcast_to(adv_e_BxG[..., None], (B, G, T)).reshape(-1)
+  # l is known only to about 1e-7 * max|A_E| * max|logp| over its group (see CSA's
+  # _L_TIE_ATOL): a smaller spread is float32 noise, not a difference.
+  atol_N = _L_TIE_ATOL * seg_max(jnp.abs(ae_N)) * seg_max(jnp.abs(
+      jnp.clip(logp_N, -_MAX_ABS, _MAX_ABS)))
+  adv_s_N = _segment_normalize(ae_N * dev_N, act_N, seg_N, n_seg, eps=eps, ddof=ddof,
+                               std_normalize=True, atol=atol_N)
+  return (jax.lax.stop_gradient(adv_e_BxG),
+          jax.lax.stop_gradient(adv_s_N.reshape(B, G, T)))
+
+
+@functools.partial(jax.jit, static_argnames=("ddof",))
+def csa_state_advantages(rewards_BxG, logp_BxGxT, mask_BxGxT, state_id_BxGxT, *, lam=0.5,
+                         eps=1e-6, ddof=1):
+  """csa_state: `A = A_E + lam * A_S` with CSA's step term taken over anchor-state groups
+  instead of step indices (`csa_state_components`); 0 on padded steps. lam = 0 is GRPO."""
+  adv_e_BxG, adv_s_BxGxT = csa_state_components(rewards_BxG, logp_BxGxT, mask_BxGxT,
+                                                state_id_BxGxT, eps=eps, ddof=ddof)
+  return jnp.where(_as_mask(mask_BxGxT), adv_e_BxG[..., None] + lam * adv_s_BxGxT, 0.0)
 
 
 # ------------------------------------------------------------------------------------
@@ -613,6 +679,9 @@ register_estimator(Estimator("rloo", _rloo, ("rewards_BxG", "mask_BxGxT"), ()))
 register_estimator(Estimator("csa", csa_advantages,
                              ("rewards_BxG", "logp_BxGxT", "mask_BxGxT"),
                              ("lam", "eps", "ddof")))
+register_estimator(Estimator("csa_state", csa_state_advantages,
+                             ("rewards_BxG", "logp_BxGxT", "mask_BxGxT", "state_id_BxGxT"),
+                             ("lam", "eps", "ddof")))
 register_estimator(Estimator("gigpo", gigpo_advantages,
                              ("step_rewards_BxGxT", "mask_BxGxT", "state_id_BxGxT"),
                              ("gamma", "w", "std_normalize", "eps", "ddof")))
@@ -634,6 +703,7 @@ def get_estimator(name: str) -> Estimator:
     dr_grpo:   rewards, mask; none.
     rloo:      rewards, mask; none.
     csa:       rewards, logp, mask; lam=0.5, eps=1e-6, ddof=1.
+    csa_state: rewards, logp, mask, state_id; lam=0.5, eps=1e-6, ddof=1.
     gigpo:     step_rewards, mask, state_id; gamma=0.95, w=1.0, std_normalize=True,
                eps=1e-6, ddof=1.
     csa_gigpo: step_rewards, logp, mask, state_id; lam=0.5, gamma=0.95, w=1.0,

@@ -217,6 +217,11 @@ class SFTConfig:
   # checkpoint) instead of cloning the demonstrations again: a sweep's methods of one
   # seed all start from the same weights this way. Empty: run SFT here.
   init_from: str = ""
+  # Which expert episodes are cloned: "won" (the default: a successful demonstrator) or
+  # "all" (every episode, lost ones too: cloning a noisy demonstrator, whose mistakes the
+  # SFT policy then makes about as often, as on the delayed-credit testbed
+  # experiments/keydoor.py).
+  demo_filter: str = "won"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,6 +414,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
        f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
+      (cfg.sft.demo_filter in ("won", "all"), "sft.demo_filter must be 'won' or 'all'"),
       (cfg.rl_env_steps >= 0, "rl_env_steps must be >= 0 (0: no budget in steps)"),
       (cfg.optim.micro_batch_size >= 0 and all(
           not cfg.optim.micro_batch_size or n % cfg.optim.micro_batch_size == 0

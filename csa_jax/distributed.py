@@ -176,6 +176,24 @@ def episode_metrics(trajs, prefix: str) -> dict[str, float]:
   return metrics_lib.episode_rates(sums, prefix)
 
 
+def episode_records(trajs, step: int, policy: str) -> list[dict]:
+  """metrics.episode_records of every process's episodes, in process order (each process
+  plays a share of one split's tasks, so the split is the same everywhere)."""
+  records = metrics_lib.episode_records(trajs, step, policy)
+  if not multi():
+    return records
+  cols = {k: gather_concat(np.asarray([r[k] for r in records], np.float64))
+          for k in ("index", "success", "length", "return")}
+  split = records[0]["split"] if records else ""
+  splits = [s for s in gather_concat(np.frombuffer(split.encode().ljust(64), np.uint8)
+                                     ).reshape(-1, 64)]
+  split = next((bytes(s).decode().strip() for s in splits if bytes(s).strip()), "")
+  return [{"step": int(step), "policy": policy, "split": split, "index": int(i),
+           "success": int(w), "length": int(n), "return": float(g)}
+          for i, w, n, g in zip(cols["index"], cols["success"], cols["length"],
+                                cols["return"])]
+
+
 def gather_steps(adv_BxGxT: np.ndarray, mask_BxGxT: np.ndarray, oracle_BxGxT: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(advantages, mask, oracle labels) of every process's active steps, for statistics

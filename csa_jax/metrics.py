@@ -63,23 +63,69 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 def credit_accuracy(adv_BxGxT: np.ndarray, oracle_BxGxT: np.ndarray,
                     mask_BxGxT: np.ndarray) -> dict[str, float]:
-  """Spearman correlation of advantages with oracle labels over labelled steps.
+  """Spearman correlation of advantages with oracle labels over labelled steps, and the
+  AUC of the advantage of steps labelled good (> 0) against those labelled bad (< 0).
 
-  NaN where fewer than 3 labelled steps exist or either side is constant.
+  The AUC is P(A_good > A_bad) + P(A_good == A_bad) / 2 over all (good, bad) pairs of
+  steps: 1 when every good step gets more credit than every bad one, 0.5 for credit
+  unrelated to the labels. Where only the decisive steps carry non-zero labels (KeyDoor:
+  right key +1, wrong -1, routine 0) it is the decisive step's credit accuracy. Spearman
+  is NaN where fewer than 3 labelled steps exist or either side is constant; the AUC is
+  NaN where either side has no step.
   """
   sel = mask_BxGxT.astype(bool) & np.isfinite(oracle_BxGxT)
   a, o = np.asarray(adv_BxGxT, np.float64)[sel], np.asarray(oracle_BxGxT, np.float64)[sel]
-  out = {"credit/labelled_steps": float(sel.sum()), "credit/spearman": float("nan")}
+  out = {"credit/labelled_steps": float(sel.sum()), "credit/spearman": float("nan"),
+         "credit/decisive_auc": auc(a[o > 0], a[o < 0])}
   if len(a) >= 3 and a.std() > 0 and o.std() > 0:
     out["credit/spearman"] = float(np.corrcoef(_ranks(a), _ranks(o))[0, 1])
   return out
 
 
+def auc(pos: np.ndarray, neg: np.ndarray) -> float:
+  """P(x > y) + P(x == y) / 2 for x from `pos`, y from `neg` (Mann-Whitney, with ties)."""
+  pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
+  if not len(pos) or not len(neg):
+    return float("nan")
+  ranks = _ranks(np.concatenate([pos, neg])) + 1.0  # average ranks of ties, from 1
+  u = ranks[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2
+  return float(u / (len(pos) * len(neg)))
+
+
+EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
+EPISODE_KEYS = ("step", "policy", "split", "index", "success", "length", "return")
+
+
+def episode_records(trajs, step: int, policy: str) -> list[dict[str, Any]]:
+  """One record per evaluated episode (`EPISODE_KEYS`), so that two policies evaluated on
+  the same tasks can be compared task by task; `policy` is the evaluation's prefix
+  ("eval": greedy, "eval_sampled": sampled) and `step` the RL iteration (0: SFT)."""
+  return [{"step": int(step), "policy": policy, "split": tr.task[0], "index": int(tr.task[1]),
+           "success": int(bool(tr.won)), "length": int(tr.length),
+           "return": float(sum(st.reward for st in tr.steps))} for tr in trajs]
+
+
+def write_episodes(path: str, records: list[dict[str, Any]]) -> None:
+  """Adds one evaluation's episode records to the JSONL file at `path`, replacing any
+  records of the same (step, policy): a resumed run that replays an evaluation (they are
+  deterministic) writes it once, not twice."""
+  keys = {(r["step"], r["policy"]) for r in records}
+  old = read_jsonl(path, tolerate_partial_last=True) if os.path.exists(path) else []
+  kept = [r for r in old if (r["step"], r["policy"]) not in keys]
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in kept + list(records))
+  os.replace(tmp, path)  # a kill mid-write leaves the old file whole
+
+
 class MetricsWriter:
-  """Appends metrics to `metrics.jsonl` and TensorBoard events under `workdir`."""
+  """Appends metrics to `metrics.jsonl` and TensorBoard events under `workdir`; each
+  evaluation's per-episode outcomes go to `eval/episodes.jsonl` (`write_episodes`)."""
 
   def __init__(self, workdir: str, tensorboard: bool = True):
     os.makedirs(workdir, exist_ok=True)
+    self.episodes_path = os.path.join(workdir, EPISODES_FILE)
     self.path = os.path.join(workdir, "metrics.jsonl")
     self._f = open(self.path, "a")
     self._tb = None
@@ -97,14 +143,21 @@ class MetricsWriter:
           self._tb.add_scalar(k, v, step)
       self._tb.flush()
 
+  def episodes(self, records: list[dict[str, Any]]) -> None:
+    write_episodes(self.episodes_path, records)
+
   def drop_after(self, step: int) -> None:
     """Removes the JSONL lines of steps after `step` (resuming from a checkpoint there),
-    and a last line cut short by a kill mid-write."""
+    and a last line cut short by a kill mid-write; the same for episode records."""
     self._f.close()
     kept = [r for r in read_jsonl(self.path, tolerate_partial_last=True) if r["step"] <= step]
     with open(self.path, "w") as f:
       f.writelines(json.dumps(r) + "\n" for r in kept)
     self._f = open(self.path, "a")
+    if os.path.exists(self.episodes_path):
+      kept = [r for r in read_jsonl(self.episodes_path) if r["step"] <= step]
+      with open(self.episodes_path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
 
   def close(self) -> None:
     self._f.close()
@@ -120,6 +173,9 @@ class NullWriter:
 
   def write(self, step: int, metrics: dict[str, Any]) -> None:
     del step, metrics
+
+  def episodes(self, records: list[dict[str, Any]]) -> None:
+    del records
 
   def drop_after(self, step: int) -> None:
     del step

@@ -310,16 +310,17 @@ class Trainer:
   # -- set-up --------------------------------------------------------------------------
 
   def _demos(self) -> list[dict]:
-    """The expert's won episodes on the first sft.num_demos training tasks, built once
-    as a TFDS array_record dataset (shared by all runs on this environment config) and
-    read back through grain."""
+    """The expert's episodes (won ones, or all: sft.demo_filter) on the first
+    sft.num_demos training tasks, built once as a TFDS array_record dataset (shared by
+    all runs on this environment config) and read back through grain."""
     c = self.cfg
     print(f"expert demonstrations: {c.sft.num_demos} {c.env.train_split} tasks in "
           f"{demos_dir(c)}")
     source = demos_lib.demo_data_source(
         demos_dir(c), c.env.name, dict(c.env.kwargs),
         split=c.env.train_split, num_tasks={c.env.train_split: c.sft.num_demos})
-    records = [r for r in grain.MapDataset.source(source).map(demos_lib.decode_record) if r["won"]]
+    records = [r for r in grain.MapDataset.source(source).map(demos_lib.decode_record)
+               if r["won"] or c.sft.demo_filter == "all"]
     for r in records:
       r["admissible"] = [a.split(demos_lib.SEP) if a else [] for a in r["admissible"]]
     return sorted(records, key=lambda r: r["index"])
@@ -538,8 +539,9 @@ class Trainer:
       shutil.copy(os.path.join(c.sft.init_from, "tokenizer.json"), tok_path)
     return (None, *self._policy(None))
 
-  def _sft_stage(self, graphdef, params, records) -> tuple[Any, dict | None]:
-    """SFT parameters, and their held-out evaluation when it is already known.
+  def _sft_stage(self, graphdef, params, records) -> tuple[Any, dict | None, list | None]:
+    """SFT parameters, and their held-out evaluation (rates, episode records) when it is
+    already known.
 
     Taken, in this order, from workdir/sft (a run stopped right after its SFT stage),
     from `sft.init_from`, or cloned here from the demonstrations (evaluation None).
@@ -552,10 +554,10 @@ class Trainer:
       if source.latest_step() is not None:
         params, meta = source.restore(params)
         print(f"SFT parameters from {source.directory}")
-        return params, meta["sft_eval"]
+        return params, meta["sft_eval"], meta.get("sft_episodes")
     if c.sft.init_from:
       raise CheckpointError(f"sft.init_from: no SFT checkpoint in {c.sft.init_from}/sft")
-    return self._sft(graphdef, params, self.tok, records), None
+    return self._sft(graphdef, params, self.tok, records), None, None
 
   def _kl_reference(self, params_template) -> Any:
     """The KL anchor (algo.kl_coef > 0): the SFT policy, read back from workdir/sft,
@@ -620,29 +622,34 @@ class Trainer:
 
     eval_keys = {k: p.key for k, p in self.policies.items() if k != "rollout"}
 
-    def evaluate_all(label: str) -> dict:
-      """Every evaluation samples with the same keys: SFT and RL are compared on common
-      random numbers, and an evaluation depends on nothing but the parameters."""
-      out = {}
+    def evaluate_all(label: str, step: int) -> tuple[dict, list[dict]]:
+      """(rates, per-episode records) of every held-out evaluation. Every evaluation
+      samples with the same keys: SFT and RL are compared on common random numbers (and
+      task by task), and an evaluation depends on nothing but the parameters."""
+      out, episodes = {}, []
       for prefix, key in eval_keys.items():
         policy = self.policies[prefix]
         policy.key = key
-        out |= evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix, self.fmt)[0]
-      return out
+        m, trajs = evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix, self.fmt)
+        out |= m
+        episodes += dist.episode_records(trajs, step, prefix)
+      return out, episodes
 
     if meta["phase"] == "start":
-      params, m = self._sft_stage(graphdef, state.params, records)
+      params, m, episodes = self._sft_stage(graphdef, state.params, records)
       state = self._fresh_state(params, tx)
       self.aux = self.algo.init_aux(c, state.params)
       live.update(state.params)
       if m is None:
-        m = evaluate_all("SFT")
+        m, episodes = evaluate_all("SFT", 0)
       # workdir/sft: the KL reference, and the start of any run naming this one in
-      # `sft.init_from`.
+      # `sft.init_from` (which copies its evaluation, episodes included).
       if self.sft_ckpt.latest_step() is None:
-        self.sft_ckpt.save(0, state.params, {"sft_eval": m})
+        self.sft_ckpt.save(0, state.params, {"sft_eval": m, "sft_episodes": episodes})
         self.sft_ckpt.wait()
       self.summary["sft"] = m
+      if episodes:  # None from an SFT checkpoint written before episodes were kept
+        self.writer.episodes(episodes)
       self.writer.write(0, m | {"perf/env_steps_total": 0})
       meta = {"phase": "rl", "iteration": 0}
       self._save(0, state, meta)
@@ -667,7 +674,9 @@ class Trainer:
         last = it + 1
         if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
           with self.perf.phase("eval"):
-            m |= evaluate_all(f"it {it + 1}")
+            em, episodes = evaluate_all(f"it {it + 1}", it + 1)
+          m |= em
+          self.writer.episodes(episodes)
         timing = self.perf.metrics()
         # Environment steps turned into an update, per second of the whole iteration.
         m |= timing | {"perf/env_steps_per_s": m.get("rollout/env_steps", 0.0)
@@ -684,7 +693,8 @@ class Trainer:
         if requested:
           raise Interrupted(requested, self.ckpt.directory, it + 1)
     if c.rl_iterations > 0 and meta["phase"] != "done":
-      m = evaluate_all("RL")
+      m, episodes = evaluate_all("RL", last)
+      self.writer.episodes(episodes)
       self.summary["rl"] = m
       self.writer.write(last, m | {"perf/env_steps_total": self.env_steps})
       self._save(last, state, {"phase": "done", "iteration": last})

@@ -9,6 +9,7 @@ from environments.base import StepInfo, StepResult, TextEnv
 from environments.registry import list_envs, make_env, register_env
 
 import environments.twx_env  # noqa: F401,E402  (registers "twx")
+import environments.keydoor  # noqa: F401,E402  (registers "keydoor"; pure Python)
 import environments.webshop.env  # noqa: F401,E402  (registers "webshop"; pure Python)
 import environments.swe.env  # noqa: F401,E402  (registers "swe")
 

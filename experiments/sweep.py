@@ -10,7 +10,8 @@ seed by seed, so a sweep stopped early holds whole seeds.
 
 Where things go: each run's work directory (checkpoints, TensorBoard) is
 `runs/sweeps/NAME/RUN/` (not committed); when a run finishes, its small result files
-(`metrics.jsonl`, `config.json`) and an empty `DONE` are copied to `reports/NAME/runs/RUN/`,
+(`metrics.jsonl`, `config.json`, the per-episode outcomes `eval/episodes.jsonl`) and an
+empty `DONE` are copied to `reports/NAME/runs/RUN/`,
 which `python -m experiments.report --name NAME` reads. With `--commit` each finished
 run's files are committed at once, so a session that ends mid-sweep loses nothing finished.
 
@@ -40,7 +41,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from csa_jax import config as csa_config
 
-RESULT_FILES = ("metrics.jsonl", "config.json")
+# Per-episode outcomes (csa_jax/metrics.py, EPISODES_FILE) make paired per-task tests
+# possible; runs written before they were kept have none.
+RESULT_FILES = ("metrics.jsonl", "config.json", os.path.join("eval", "episodes.jsonl"))
+OPTIONAL_RESULT_FILES = (os.path.join("eval", "episodes.jsonl"),)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -53,17 +57,24 @@ class Run:
   needs: str | None  # the SFT run this one starts from
 
 
-def plan(family: str, methods: list[str], seeds: list[int], extra: list[str],
-         work_root: str) -> list[Run]:
-  """Seed-major: SFT of seed s, then its methods, then seed s + 1."""
+def plan(family: str | list[str], methods: list[str], seeds: list[int], extra: list[str],
+         work_root: str, by_family: bool = False) -> list[Run]:
+  """Seed-major: SFT of seed s, then its methods, then seed s + 1 (with several families,
+  every family's runs of seed s before seed s + 1). With several families (or
+  `by_family`) a run is named FAMILY/RUN, so each family's runs live in a folder of
+  their own and one study can hold several families (the horizons of experiments/keydoor.py)."""
+  families = [family] if isinstance(family, str) else list(family)
+  by_family = by_family or len(families) > 1
   runs = []
   for s in seeds:
-    sft = f"sft_seed{s}"
-    runs.append(Run(sft, f"{family}_grpo", s, (f"seed={s}", "rl_iterations=0", *extra), None))
-    for m in methods:
-      runs.append(Run(f"{m}_seed{s}", f"{family}_{m}", s,
-                      (f"seed={s}", f"sft.init_from={os.path.join(work_root, sft)}", *extra),
-                      sft))
+    for fam in families:
+      where = f"{fam}/" if by_family else ""
+      sft = f"{where}sft_seed{s}"
+      runs.append(Run(sft, f"{fam}_grpo", s, (f"seed={s}", "rl_iterations=0", *extra), None))
+      for m in methods:
+        runs.append(Run(f"{where}{m}_seed{s}", f"{fam}_{m}", s,
+                        (f"seed={s}", f"sft.init_from={os.path.join(work_root, sft)}", *extra),
+                        sft))
   return runs
 
 
@@ -76,7 +87,8 @@ class Sweep:
     os.makedirs(self.report_root, exist_ok=True)
     methods = [m for m in args.methods.split(",") if m]
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
-    self.runs = plan(args.family, methods, seeds, list(args.overrides), self.work_root)
+    self.runs = plan(args.family.split(","), methods, seeds, list(args.overrides),
+                     self.work_root, by_family=args.by_family)
     self._check_experiments()
 
   def _check_experiments(self) -> None:
@@ -122,6 +134,7 @@ class Sweep:
   def execute(self, run: Run) -> tuple[Run, int, float]:
     t0 = time.time()
     log = os.path.join(self.work_root, f"{run.name}.log")
+    os.makedirs(os.path.dirname(log), exist_ok=True)
     if not self._has_checkpoint(run):  # killed before its first checkpoint: start clean
       shutil.rmtree(os.path.join(self.work_root, run.name), ignore_errors=True)
     with open(log, "a") as f:
@@ -139,6 +152,9 @@ class Sweep:
     dst = os.path.join(self.report_root, run.name)
     os.makedirs(dst, exist_ok=True)
     for f in RESULT_FILES:
+      if f in OPTIONAL_RESULT_FILES and not os.path.exists(os.path.join(src, f)):
+        continue
+      os.makedirs(os.path.dirname(os.path.join(dst, f)), exist_ok=True)
       shutil.copy(os.path.join(src, f), os.path.join(dst, f))
     open(os.path.join(dst, "DONE"), "w").close()
     if self.args.commit:
@@ -214,7 +230,11 @@ class Sweep:
 
 def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--family", required=True, help="experiment family, e.g. coin_doors")
+  p.add_argument("--family", required=True,
+                 help="experiment family, e.g. coin_doors, or several, comma-separated "
+                      "(keydoor_h4,keydoor_h16,keydoor_h48): runs go to FAMILY/RUN")
+  p.add_argument("--by-family", action="store_true",
+                 help="name runs FAMILY/RUN with one family too (to add to such a study)")
   p.add_argument("--methods", default="grpo,dr_grpo,rloo,dapo,gigpo,csa,csa_dapo,csa_lam0,csa_lam1")
   p.add_argument("--seeds", type=int, default=5, help="how many seeds")
   p.add_argument("--seed-offset", type=int, default=0, help="first seed")

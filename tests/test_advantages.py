@@ -600,3 +600,112 @@ def test_shape_overlong_rewards_per_step_and_episode():
                                    per="token")
   with pytest.raises(ValueError, match="cache_len <= max_len"):
     adv_lib.overlong_penalty(3, max_len=4, cache_len=8)
+
+
+# ----------------------------------------------------------------------------------
+# csa_state: CSA's step term over anchor-state groups.
+# ----------------------------------------------------------------------------------
+
+
+def ref_csa_state(rewards, logp, mask, state_id, lam=0.5, eps=1e-6, ddof=1):
+  """Loops: per task group, the active steps with equal state ids form a group; within
+  it dev = logp - mean logp, l = A_E * dev, A_S = standardised l (the CSA tie rules)."""
+  B, G, T = mask.shape
+  a_e = ref_episode(rewards, mask.any(-1), eps, ddof)
+  out = np.zeros(mask.shape)
+  for b in range(B):
+    groups = {}
+    for i in range(G):
+      for t in range(T):
+        if mask[b, i, t]:
+          groups.setdefault(int(state_id[b, i, t]), []).append((i, t))
+    for members in groups.values():
+      lps = [float(logp[b, i, t]) for i, t in members]
+      mean_lp = sum(lps) / len(lps)
+      ls = [a_e[b, i] * (lp - mean_lp) for (i, _), lp in zip(members, lps)]
+      atol = L_TIE_ATOL * max(abs(a_e[b, i]) for i, _ in members) * max(map(abs, lps))
+      a_s = ref_standardize(ls, eps, ddof, atol=atol)
+      for (i, t), s in zip(members, a_s):
+        out[b, i, t] = a_e[b, i] + lam * s
+  return out
+
+
+@pytest.mark.parametrize("lam,ddof,n_states", [(0.5, 1, 3), (1.0, 1, 6), (0.3, 0, 2)])
+def test_csa_state_matches_reference(jit_mode, lam, ddof, n_states):
+  _, mask, state_id = gigpo_batch(20 + n_states, B=4, G=6, T=7, n_states=n_states)
+  rng = np.random.default_rng(30 + n_states)
+  rewards = rng.integers(0, 2, size=mask.shape[:2]).astype(float)
+  logp = -rng.gamma(2.0, 2.0, size=mask.shape)
+  logp[~mask] = np.nan  # padding content must never leak
+  got = adv_lib.csa_state_advantages(rewards, logp, mask, state_id, lam=lam, ddof=ddof)
+  want = ref_csa_state(rewards, logp, mask, state_id, lam=lam, ddof=ddof)
+  np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL)
+
+
+def test_csa_state_with_step_index_states_is_csa():
+  """Ids that put each step index in a group of its own: exactly CSA's comparison sets."""
+  rng = np.random.default_rng(40)
+  B, G, T = 3, 8, 6
+  mask = random_mask(rng, B, G, T)
+  rewards = rng.integers(0, 2, size=(B, G)).astype(float)
+  logp = -rng.gamma(2.0, 2.0, size=(B, G, T))
+  by_step = np.broadcast_to(np.arange(T, dtype=np.int32), (B, G, T))
+  got = adv_lib.csa_state_advantages(rewards, logp, mask, by_step, lam=0.7)
+  np.testing.assert_allclose(got, adv_lib.csa_advantages(rewards, logp, mask, lam=0.7),
+                             atol=1e-5, rtol=1e-5)
+
+
+def test_csa_state_hand_example():
+  """Two rollouts (won, lost) share the start state 5 and then sit in states of their
+  own: the step term lives only at state 5, singletons get A_S = 0."""
+  mask = np.ones((1, 2, 2), bool)
+  state_id = np.array([[[5, 1], [5, 2]]], np.int32)
+  rewards = np.array([[1.0, 0.0]])
+  logp = np.array([[[-0.5, -1.0], [-2.5, -3.0]]])
+  a_e, a_s = adv_lib.csa_state_components(rewards, logp, mask, state_id)
+  eps = 1e-6
+  e = 0.5 / (np.sqrt(0.5) + eps)
+  np.testing.assert_allclose(a_e, [[e, -e]], rtol=1e-6)
+  # State 5: dev = +1, -1; l = e * 1, -e * -1 = e, e: tied, A_S = 0 (CSA's two-rollout
+  # rule). Both other states are singletons.
+  np.testing.assert_array_equal(a_s, 0.0)
+  # Three steps in state 5 (rollout 0 twice): dev = (-0.5, -1.0, -2.5) - (-4/3).
+  state_id = np.array([[[5, 5], [5, 2]]], np.int32)
+  a_e, a_s = adv_lib.csa_state_components(rewards, logp, mask, state_id)
+  dev = np.array([-0.5, -1.0, -2.5]) + 4.0 / 3.0
+  l = np.array([e, e, -e]) * dev
+  want = (l - l.mean()) / (l.std(ddof=1) + eps)
+  np.testing.assert_allclose(np.asarray(a_s)[0][[0, 0, 1], [0, 1, 0]], want, rtol=1e-5)
+  assert np.asarray(a_s)[0, 1, 1] == 0.0
+
+
+@SETTINGS
+@hypothesis.given(st.integers(0, 2**31 - 1))
+def test_csa_state_lam0_is_grpo_and_invariances(seed):
+  _, mask, state_id = gigpo_batch(seed, B=3, G=4, T=5, n_states=3)
+  rng = np.random.default_rng(seed)
+  rewards = rng.normal(size=mask.shape[:2])
+  logp = -rng.gamma(2.0, 2.0, size=mask.shape)
+  grpo = adv_lib.get_estimator("grpo")(rewards_BxG=rewards, mask_BxGxT=mask)
+  got0 = adv_lib.csa_state_advantages(rewards, logp, mask, state_id, lam=0.0)
+  np.testing.assert_array_equal(np.asarray(got0), np.asarray(grpo))
+  base = np.asarray(adv_lib.csa_state_advantages(rewards, logp, mask, state_id))
+  renamed = (state_id * 7919 + 12345).astype(np.int32)
+  np.testing.assert_allclose(adv_lib.csa_state_advantages(rewards, logp, mask, renamed),
+                             base, atol=1e-5, rtol=1e-5)
+  perm = rng.permutation(4)
+  got = adv_lib.csa_state_advantages(rewards[:, perm], logp[:, perm], mask[:, perm],
+                                     state_id[:, perm])
+  np.testing.assert_allclose(got, base[:, perm], atol=1e-5, rtol=1e-5)
+
+
+def test_csa_state_registered_with_the_uniform_signature():
+  est = adv_lib.get_estimator("csa_state")
+  assert est.requires == ("rewards_BxG", "logp_BxGxT", "mask_BxGxT", "state_id_BxGxT")
+  _, mask, state_id = gigpo_batch(50)
+  rng = np.random.default_rng(51)
+  rewards, logp = rng.normal(size=mask.shape[:2]), -rng.gamma(2.0, 2.0, size=mask.shape)
+  got = est(rewards_BxG=rewards, logp_BxGxT=logp, mask_BxGxT=mask, state_id_BxGxT=state_id,
+            step_rewards_BxGxT=np.zeros(mask.shape), lam=0.25)
+  np.testing.assert_allclose(got, ref_csa_state(rewards, logp, mask, state_id, lam=0.25),
+                             atol=ATOL, rtol=RTOL)

@@ -72,3 +72,46 @@ def test_writer_and_plot(tmp_path):
   png = M.plot_learning_curve(w.path, str(tmp_path / "c.png"))
   with open(png, "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_decisive_auc_matches_pair_counting():
+  """AUC of the credit of +1-labelled steps against -1-labelled ones, by counting pairs
+  (ties half); 0-labelled steps (routine) and masked steps take no part."""
+  rng = np.random.default_rng(1)
+  adv = rng.normal(size=(3, 4, 6)).round(1)
+  oracle = rng.choice([-1.0, 0.0, 1.0, np.nan], size=(3, 4, 6))
+  mask = rng.random((3, 4, 6)) < 0.8
+  sel = mask & np.isfinite(oracle)
+  pos, neg = adv[sel & (oracle > 0)], adv[sel & (oracle < 0)]
+  want = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+  got = M.credit_accuracy(adv, oracle, mask)["credit/decisive_auc"]
+  assert got == pytest.approx(want, abs=1e-12)
+  assert M.auc([2.0, 3.0], [1.0]) == 1.0 and M.auc([1.0], [1.0, 2.0]) == 0.25
+  assert np.isnan(M.auc([], [1.0])) and np.isnan(
+      M.credit_accuracy(adv, np.zeros(adv.shape), mask)["credit/decisive_auc"])
+
+
+def _episode(index, won, n, rewards):
+  steps = [Step([1], [2], [0.0], "a", "o", r, 0, valid=True, oracle_label=None)
+           for r in rewards[:n]]
+  return Trajectory(("test", index), steps, won=won)
+
+
+def test_episode_records_and_replayed_evaluations_written_once(tmp_path):
+  trajs = [_episode(7, True, 3, [0.0, 0.0, 1.0]), _episode(2, False, 2, [0.0, -0.5])]
+  recs = M.episode_records(trajs, 5, "eval_sampled")
+  assert recs == [
+      {"step": 5, "policy": "eval_sampled", "split": "test", "index": 7, "success": 1,
+       "length": 3, "return": 1.0},
+      {"step": 5, "policy": "eval_sampled", "split": "test", "index": 2, "success": 0,
+       "length": 2, "return": -0.5}]
+  w = M.MetricsWriter(str(tmp_path), tensorboard=False)
+  w.episodes(M.episode_records(trajs, 0, "eval"))
+  w.episodes(recs)
+  w.episodes(recs)  # a resumed run replays the evaluation: replaced, not doubled
+  got = M.read_jsonl(str(tmp_path / M.EPISODES_FILE))
+  assert [(r["step"], r["policy"], r["index"]) for r in got] == [
+      (0, "eval", 7), (0, "eval", 2), (5, "eval_sampled", 7), (5, "eval_sampled", 2)]
+  w.drop_after(3)  # resuming from iteration 3 drops the later evaluation
+  assert [r["step"] for r in M.read_jsonl(str(tmp_path / M.EPISODES_FILE))] == [0, 0]
+  w.close()
