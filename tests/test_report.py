@@ -282,6 +282,21 @@ def test_mean_ci_is_cut_to_the_parameter_space():
   assert one[0] == 0.5 and math.isnan(one[1]) and math.isnan(one[2])
 
 
+def test_committed_quickstart_upper_bound_stays_at_1():
+  """The committed quickstart's CSA row once read 1.004; any committed summary is now in
+  its parameter space."""
+  root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reports")
+  for name in ("quickstart", "coin_doors", "coin_doors_algos"):
+    with open(os.path.join(root, name, "summary.csv")) as f:
+      for row in csv.DictReader(f):
+        for col, v in row.items():
+          if v and col.startswith(("sampled_success_", "greedy_success_")):
+            assert 0.0 <= float(v) <= 1.0, (name, row["method"], col, v)
+          if v and col.startswith(("delta_", "greedy_delta_", "task_delta_")) and \
+              not col.endswith(("_seeds", "_tasks", "_wins", "_losses", "_sign_p")):
+            assert -1.0 <= float(v) <= 1.0, (name, row["method"], col, v)
+
+
 # ----------------------------------------------------------------------------- episodes
 
 
