@@ -639,3 +639,18 @@ def test_a_run_whose_start_ran_other_tasks_is_an_error(horizon_study, tmp_path):
   with pytest.raises(ValueError, match="keydoor_h4/grpo_seed0 vs its SFT start: the two "
                                        "evaluations ran different tasks"):
     R.write_report(str(copy), "hz")
+
+
+def test_one_family_layout_gives_the_same_rows(horizon_study, tmp_path):
+  """The horizon-4 family's runs moved to runs/RUN/ (a single-family study with episodes,
+  as the quickstart on the new testbed will be) give that horizon's rows, family blank."""
+  import shutil
+  reports, _, rows = horizon_study
+  src = reports / "hz" / "runs" / "keydoor_h4"
+  shutil.copytree(src, tmp_path / "reports" / "one" / "runs")
+  R.write_report(str(tmp_path / "reports"), "one")
+  with open(tmp_path / "reports" / "one" / "summary.csv") as f:
+    one = list(csv.DictReader(f))
+  expected = [r | {"family": ""} for r in rows if r["family"] == "keydoor_h4"]
+  assert one == expected
+  assert (tmp_path / "reports" / "one" / R.HORIZON_PLOT).exists()  # one horizon, one tick
