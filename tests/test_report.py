@@ -13,7 +13,9 @@ from experiments import report as R
 SEEDS = (0, 1, 2)
 METHODS = ("csa_dapo", "grpo", "csa")  # out of order on purpose; one name with "_"
 ITERS, EVAL_EVERY = 6, 2
-T975 = {1: 12.7062047, 2: 4.3026527, 4: 2.7764451, 9: 2.2621572, 30: 2.0422725}
+T975 = {1: 12.7062047, 2: 4.3026527, 4: 2.7764451, 9: 2.2621572, 15: 2.1314495456,
+        30: 2.0422725}
+Z975 = 1.959963984540054  # the standard normal's 0.975 quantile
 
 
 def _write_run(runs_dir, name, cfg, lines, done=True):
@@ -93,15 +95,18 @@ def _final(lines, key):
   return out[key]
 
 
-def _ci(x):
-  """mean +- t * sd / sqrt(n) with the tabulated t quantile."""
+RATE, DIFF = (0.0, 1.0), (-1.0, 1.0)
+
+
+def _ci(x, bounds):
+  """mean +- t * sd / sqrt(n) with the tabulated t quantile, cut to the parameter space."""
   x = np.asarray(x, np.float64)
   h = T975[len(x) - 1] * x.std(ddof=1) / math.sqrt(len(x))
-  return x.mean(), x.mean() - h, x.mean() + h
+  return x.mean(), max(x.mean() - h, bounds[0]), min(x.mean() + h, bounds[1])
 
 
-def _check(row, prefix, x):
-  m, lo, hi = _ci(x)
+def _check(row, prefix, x, bounds):
+  m, lo, hi = _ci(x, bounds)
   assert float(row[f"{prefix}_mean"]) == pytest.approx(m, abs=1e-6)
   assert float(row[f"{prefix}_ci_low"]) == pytest.approx(lo, abs=1e-6)
   assert float(row[f"{prefix}_ci_high"]) == pytest.approx(hi, abs=1e-6)
@@ -127,7 +132,8 @@ def test_columns_and_row_order(study):
   reports, _, rows = study
   with open(reports / "study" / "summary.csv") as f:
     header = f.readline().strip().split(",")
-  assert header[:11] == ["method", "seeds", "sampled_success_mean", "sampled_success_ci_low",
+  assert header[:12] == ["method", "horizon", "seeds", "sampled_success_mean",
+                         "sampled_success_ci_low",
                          "sampled_success_ci_high", "delta_vs_sft_mean", "delta_vs_sft_ci_low",
                          "delta_vs_sft_ci_high", "delta_vs_grpo_mean", "delta_vs_grpo_ci_low",
                          "delta_vs_grpo_ci_high"]
@@ -140,16 +146,18 @@ def test_success_and_paired_deltas(study):
            for m in ("sft",) + METHODS for s in SEEDS}
   greedy = {(m, s): _final(lines[(m, s)], "eval/success")
             for m in ("sft",) + METHODS for s in SEEDS}
-  _check(rows["sft"], "sampled_success", [final[("sft", s)] for s in SEEDS])
+  _check(rows["sft"], "sampled_success", [final[("sft", s)] for s in SEEDS], RATE)
   assert rows["sft"]["delta_vs_sft_mean"] == "" and rows["sft"]["delta_vs_grpo_mean"] == ""
   for m in METHODS:
     assert rows[m]["seeds"] == "3"  # the unfinished csa_seed3 is not counted
-    _check(rows[m], "sampled_success", [final[(m, s)] for s in SEEDS])
-    _check(rows[m], "greedy_success", [greedy[(m, s)] for s in SEEDS])
-    _check(rows[m], "delta_vs_sft", [final[(m, s)] - final[("sft", s)] for s in SEEDS])
-    _check(rows[m], "greedy_delta_vs_sft", [greedy[(m, s)] - greedy[("sft", s)] for s in SEEDS])
+    _check(rows[m], "sampled_success", [final[(m, s)] for s in SEEDS], RATE)
+    _check(rows[m], "greedy_success", [greedy[(m, s)] for s in SEEDS], RATE)
+    _check(rows[m], "delta_vs_sft", [final[(m, s)] - final[("sft", s)] for s in SEEDS], DIFF)
+    _check(rows[m], "greedy_delta_vs_sft",
+           [greedy[(m, s)] - greedy[("sft", s)] for s in SEEDS], DIFF)
     if m != "grpo":
-      _check(rows[m], "delta_vs_grpo", [final[(m, s)] - final[("grpo", s)] for s in SEEDS])
+      _check(rows[m], "delta_vs_grpo", [final[(m, s)] - final[("grpo", s)] for s in SEEDS],
+             DIFF)
     length = np.mean([_final(lines[(m, s)], "eval_sampled/episode_len") for s in SEEDS])
     assert float(rows[m]["sampled_episode_len_mean"]) == pytest.approx(length, abs=1e-6)
   assert [float(rows["grpo"][f"delta_vs_grpo_{k}"]) for k in ("mean", "ci_low", "ci_high")] \
@@ -162,7 +170,7 @@ def test_credit_and_wall_time(study):
     its = {s: [l for l in lines[(m, s)] if "perf/rollout_s" in l] for s in SEEDS}
     # Per run: mean over the finite values (csa seed 1 has a NaN), then over seeds.
     _check(rows[m], "credit_spearman",
-           [np.nanmean([l["credit/spearman"] for l in its[s]]) for s in SEEDS])
+           [np.nanmean([l["credit/spearman"] for l in its[s]]) for s in SEEDS], DIFF)
     tot = {s: np.array([l["perf/rollout_s"] + l["perf/adv_s"] + l["perf/update_s"]
                         for l in its[s]]) for s in SEEDS}
     adv = {s: np.array([l["perf/adv_s"] for l in its[s]]) for s in SEEDS}
@@ -183,8 +191,10 @@ def test_learning_curve_aligns_iterations():
                                    run(1, (12, 22, 34), (0.7, 0.6, 0.9))], {0: 0.4, 1: 0.6})
   np.testing.assert_allclose(x, [0, 11, 21, 32])
   np.testing.assert_allclose(m, [0.5, 0.6, 0.6, 0.8])
-  np.testing.assert_allclose(hi - m, [T975[1] * 0.1, T975[1] * 0.1, 0.0, T975[1] * 0.1],
-                             atol=1e-6)
+  half = np.array([T975[1] * 0.1, T975[1] * 0.1, 0.0, T975[1] * 0.1])
+  # The band is cut to [0, 1], where a success rate lives.
+  np.testing.assert_allclose(hi, np.minimum(m + half, 1.0), atol=1e-6)
+  np.testing.assert_allclose(lo, np.maximum(m - half, 0.0), atol=1e-6)
 
 
 def test_plots_and_markdown(study):
@@ -212,3 +222,435 @@ def test_regenerating_gives_identical_files(study):
   before = {n: (reports / n).read_bytes() for n in names}
   R.write_report(str(reports), "study")
   assert {n: (reports / n).read_bytes() for n in names} == before
+
+
+# ----------------------------------------------------------------------------- proportions
+
+
+def _wilson_ref(k, n, z=Z975):
+  """The closed form (2k + z^2 +- z sqrt(z^2 + 4k(n - k)/n)) / (2(n + z^2))."""
+  root = z * math.sqrt(z * z + 4 * k * (n - k) / n)
+  return (2 * k + z * z - root) / (2 * (n + z * z)), (2 * k + z * z + root) / (2 * (n + z * z))
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (10, 10), (5, 10), (1, 100), (97, 100), (0, 1),
+                                 (143, 400)])
+def test_wilson_against_closed_form(k, n):
+  p, lo, hi = R.wilson(k, n)
+  assert p == k / n
+  ref = _wilson_ref(k, n)
+  assert (lo, hi) == pytest.approx((max(ref[0], 0.0), min(ref[1], 1.0)), abs=1e-9)
+  assert 0.0 <= lo <= p <= hi <= 1.0
+
+
+def test_wilson_tabulated():
+  # 0 of 10: the upper end 0.2775 of the 95% Wilson interval (e.g. Newcombe 1998, table I).
+  assert R.wilson(0, 10)[2] == pytest.approx(0.27753, abs=1e-5)
+  assert R.wilson(10, 10)[1] == pytest.approx(1 - 0.27753, abs=1e-5)
+  assert all(math.isnan(v) for v in R.wilson(0, 0))
+
+
+def _sign_p_ref(wins, losses):
+  """Sum of the Binomial(n, 1/2) probabilities of splits at least as far from n/2."""
+  from fractions import Fraction
+  n = wins + losses
+  far = abs(wins - Fraction(n, 2))
+  return float(sum(Fraction(math.comb(n, i), 2 ** n) for i in range(n + 1)
+                   if abs(i - Fraction(n, 2)) >= far))
+
+
+@pytest.mark.parametrize("wins,losses", [(5, 0), (0, 5), (3, 3), (0, 0), (12, 3), (1, 0),
+                                         (40, 61), (700, 640)])
+def test_sign_test_against_enumeration(wins, losses):
+  assert R.sign_test_p(wins, losses) == pytest.approx(_sign_p_ref(wins, losses), rel=1e-12)
+
+
+def test_sign_test_known_values():
+  assert R.sign_test_p(5, 0) == 0.0625  # 2 / 2^5: the smallest p five seeds can give
+  assert R.sign_test_p(3, 3) == 1.0 and R.sign_test_p(0, 0) == 1.0
+
+
+def test_mean_ci_is_cut_to_the_parameter_space():
+  x = [0.98, 1.0, 1.0, 0.9]
+  m, lo, hi = R.mean_ci(x)
+  assert hi > 1.0  # the plain t-interval reaches past 1 ...
+  assert R.mean_ci(x, bounds=(0.0, 1.0)) == (m, lo, 1.0)  # ... the rate's stops there
+  d = [-0.95, -1.0, -0.6]
+  m, lo, hi = R.mean_ci(d)
+  assert lo < -1.0 and R.mean_ci(d, bounds=(-1.0, 1.0)) == (m, -1.0, hi)
+  one = R.mean_ci([0.5], bounds=(0.0, 1.0))
+  assert one[0] == 0.5 and math.isnan(one[1]) and math.isnan(one[2])
+
+
+def test_committed_quickstart_upper_bound_stays_at_1():
+  """The committed quickstart's CSA row once read 1.004; any committed summary is now in
+  its parameter space."""
+  root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reports")
+  for name in ("quickstart", "coin_doors", "coin_doors_algos"):
+    with open(os.path.join(root, name, "summary.csv")) as f:
+      for row in csv.DictReader(f):
+        for col, v in row.items():
+          if v and col.startswith(("sampled_success_", "greedy_success_")):
+            assert 0.0 <= float(v) <= 1.0, (name, row["method"], col, v)
+          if v and col.startswith(("delta_", "greedy_delta_", "task_delta_")) and \
+              not col.endswith(("_seeds", "_tasks", "_wins", "_losses", "_sign_p")):
+            assert -1.0 <= float(v) <= 1.0, (name, row["method"], col, v)
+
+
+# ----------------------------------------------------------------------------- episodes
+
+
+def _ep(step, policy, index, success, split="test", length=5, ret=None):
+  return {"step": step, "policy": policy, "split": split, "index": index, "success": success,
+          "length": length, "return": float(success) if ret is None else ret}
+
+
+def test_parse_episodes_keys_and_conflicts():
+  lines = [_ep(0, "eval_sampled", 0, 1), _ep(0, "eval_sampled", 1, 0), _ep(3, "eval", 0, 0)]
+  ev = R.parse_episodes(lines + [lines[0]])  # a resumed run's repeat is the same outcome
+  assert sorted(ev) == [("eval", 3), ("eval_sampled", 0)]
+  assert ev[("eval_sampled", 0)][("test", 0)] == R.Episode(1, 5, 1.0)
+  with pytest.raises(ValueError, match="two different outcomes"):
+    R.parse_episodes(lines + [_ep(0, "eval_sampled", 0, 0)])
+  with pytest.raises(ValueError, match="0 or 1"):
+    R.parse_episodes([_ep(0, "eval", 0, 2)])
+  with pytest.raises(ValueError, match="needs step, policy"):
+    R.parse_episodes([{"step": 0, "policy": "eval", "index": 0, "success": 1}])
+
+
+def test_pairing_needs_the_same_tasks(tmp_path):
+  a = R.parse_episodes([_ep(5, "eval_sampled", i, 1) for i in range(4)]
+                       + [_ep(0, "eval_sampled", i, 0) for i in range(4)])
+  b = R.parse_episodes([_ep(5, "eval_sampled", i, 0) for i in range(1, 5)])
+  with pytest.raises(ValueError, match=r"different tasks \(4 and 4; 1 only in the first, e.g. "
+                                       r"\[\('test', 0\)\], 1 only in the second"):
+    R.pair_outcomes(a[("eval_sampled", 5)], b[("eval_sampled", 5)], "csa_seed0 vs grpo_seed0")
+  # Same indices on another split are other tasks.
+  c = R.parse_episodes([_ep(5, "eval_sampled", i, 0, split="dev") for i in range(4)])
+  with pytest.raises(ValueError, match="different tasks"):
+    R.pair_outcomes(a[("eval_sampled", 5)], c[("eval_sampled", 5)], "x")
+  # The loading helper: an RL run's final step against its own step 0.
+  for name, lines in (("a", [_ep(5, "eval_sampled", i, int(i < 3)) for i in range(4)]
+                       + [_ep(0, "eval_sampled", i, int(i == 0)) for i in range(4)]),
+                      ("b", [_ep(5, "eval_sampled", i, 0) for i in range(1, 5)])):
+    (tmp_path / name / "eval").mkdir(parents=True)
+    (tmp_path / name / R.EPISODES_FILE).write_text("".join(json.dumps(l) + "\n" for l in lines))
+  assert R.load_pair(str(tmp_path / "a"), 5, str(tmp_path / "a"), 0) == [
+      (("test", 0), 1, 1), (("test", 1), 1, 0), (("test", 2), 1, 0), (("test", 3), 0, 0)]
+  with pytest.raises(ValueError, match="different tasks"):
+    R.load_pair(str(tmp_path / "a"), 5, str(tmp_path / "b"), 5)
+  with pytest.raises(ValueError, match="no eval_sampled evaluation at step 3"):
+    R.load_pair(str(tmp_path / "a"), 3, str(tmp_path / "a"), 0)
+  assert R.load_episodes(str(tmp_path / "none")) is None
+
+
+def _task_ref(seeds):
+  """NumPy: a seeds x tasks matrix of differences (NaN where a seed did not run a task),
+  its per-task nanmean, the mean and t-interval over tasks (cut to [-1, 1]), and the
+  discordant pairs."""
+  tasks = sorted({t for pairs in seeds for t, _, _ in pairs})
+  d = np.full((len(seeds), len(tasks)), np.nan)
+  for i, pairs in enumerate(seeds):
+    for t, a, b in pairs:
+      d[i, tasks.index(t)] = a - b
+  m, lo, hi = _ci(np.nanmean(d, 0), DIFF)
+  return len(tasks), m, lo, hi, int(np.sum(d == 1)), int(np.sum(d == -1))
+
+
+def test_task_paired_against_numpy():
+  rng = np.random.default_rng(3)
+  seeds = []
+  for first in (0, 0, 6):  # two seeds on tasks 0-9, one on 6-15: 16 tasks, 4 shared by 3
+    a, b = rng.integers(0, 2, 10), rng.integers(0, 2, 10)
+    seeds.append([(("test", first + i), int(a[i]), int(b[i])) for i in range(10)])
+  out = R.task_paired(seeds)
+  n, m, lo, hi, wins, losses = _task_ref(seeds)
+  assert (out["seeds"], out["tasks"], out["wins"], out["losses"]) == (3, n, wins, losses)
+  assert (out["mean"], out["ci_low"], out["ci_high"]) == pytest.approx((m, lo, hi), abs=1e-9)
+  assert out["sign_p"] == pytest.approx(_sign_p_ref(wins, losses), rel=1e-12)
+  # One seed, every task the same outcome: a zero-width interval and p = 1.
+  same = R.task_paired([[(("test", i), 1, 1) for i in range(5)]])
+  assert (same["mean"], same["ci_low"], same["ci_high"], same["sign_p"]) == (0, 0, 0, 1.0)
+
+
+def test_episodes_must_agree_with_metrics():
+  eps = R.parse_episodes([_ep(0, "eval_sampled", i, int(i < 1)) for i in range(4)])
+  run = R.Run("sft_seed0", "sft", 0, {}, {0: {"eval_sampled/success": 0.5}}, "", eps)
+  with pytest.raises(ValueError, match="success 0.5 in metrics.jsonl but 1 of 4"):
+    R.final_rate(run, "eval_sampled")
+  run.steps[0]["eval_sampled/success"] = 0.25
+  assert R.final_rate(run, "eval_sampled") == (0.25, 4.0, "episodes")
+
+
+def test_without_episodes_the_report_uses_metrics(study):
+  reports, lines, rows = study
+  with open(reports / "study" / "per_run.csv") as f:
+    per_run = {r["run"]: r for r in csv.DictReader(f)}
+  assert list(per_run)[:4] == ["sft_seed0", "sft_seed1", "sft_seed2", "grpo_seed0"]
+  r = per_run["csa_seed1"]
+  assert r["source"] == "metrics" and r["sampled_episodes"] == "50"
+  p = _final(lines[("csa", 1)], "eval_sampled/success")
+  ref = _wilson_ref(p * 50, 50)
+  assert float(r["sampled_success"]) == pytest.approx(p, abs=1e-8)
+  assert (float(r["sampled_wilson_low"]), float(r["sampled_wilson_high"])) == \
+      pytest.approx(ref, abs=1e-7)
+  for m in METHODS:
+    assert rows[m]["task_delta_vs_sft_mean"] == "" and rows[m]["horizon"] == ""
+  assert not (reports / "study" / R.HORIZON_PLOT).exists()
+  assert "per task" not in (reports / "study.md").read_text()
+
+
+# ----------------------------------------------------------------------------- horizon study
+
+
+HZ = {"keydoor_h4": 4, "keydoor_h16": 16}  # family -> horizon
+HZ_METHODS = ("csa_state", "grpo")
+HZ_SEEDS = (0, 1)
+N_TASKS = 12
+
+
+def _hz_tasks(seed):
+  """Seed 1's held-out tasks start later: tasks 4-11 are run by both seeds."""
+  return [("test", 4 * seed + i) for i in range(N_TASKS)]
+
+
+def _hz_episodes(rng, seed, p):
+  return {t: (int(rng.random() < p), int(rng.integers(3, 30)), float(rng.normal()))
+          for t in _hz_tasks(seed)}
+
+
+def _hz_eval(prefix, eps):
+  return {f"{prefix}/success": float(np.mean([e[0] for e in eps.values()])),
+          f"{prefix}/episodes": float(len(eps)),
+          f"{prefix}/episode_len": float(np.mean([e[1] for e in eps.values()])),
+          f"{prefix}/invalid_action_frac": 0.05}
+
+
+def _hz_rl_lines(rng, evals, auc=(0.95, 1.0)):
+  """Iterations 1-4 with an evaluation at 2, and the final evaluation's second line."""
+  lines, steps = [], 0
+  for it in range(1, 5):
+    steps += int(rng.integers(150, 250))
+    m = {"step": it, "perf/env_steps_total": float(steps),
+         "perf/rollout_s": float(rng.uniform(1, 2)), "perf/adv_s": float(rng.uniform(0, 0.2)),
+         "perf/update_s": float(rng.uniform(1, 2)), "perf/batch_s": 0.1,
+         "perf/iteration_s": float(rng.uniform(3, 6)),
+         "rollout/success": float(rng.uniform(0, 1)),
+         "rollout/episode_len": float(rng.uniform(4, 40)),
+         "credit/spearman": float(rng.uniform(-1, 1)),
+         # NaN once (an iteration without a -1 step), as the trainer writes it.
+         "credit/decisive_auc": float("nan") if it == 3 else float(rng.uniform(*auc))}
+    if it in evals and it < 4:
+      m |= _hz_eval("eval", evals[it]["eval"]) | _hz_eval("eval_sampled",
+                                                          evals[it]["eval_sampled"])
+    lines.append(m)
+  lines.append({"step": 4, "perf/env_steps_total": float(steps)}
+               | _hz_eval("eval", evals[4]["eval"])
+               | _hz_eval("eval_sampled", evals[4]["eval_sampled"]))
+  return lines
+
+
+def _hz_write(d, cfg, lines, evals, done=True):
+  _write_run(d.parent, d.name, cfg, lines, done)
+  (d / "eval").mkdir()
+  with open(d / R.EPISODES_FILE, "w") as f:
+    for step, by_policy in sorted(evals.items()):
+      for policy, eps in by_policy.items():
+        for (split, index), (s, l, r) in eps.items():
+          f.write(json.dumps({"step": step, "policy": policy, "split": split, "index": index,
+                              "success": s, "length": l, "return": r}) + "\n")
+
+
+@pytest.fixture(scope="module")
+def horizon_study(tmp_path_factory):
+  """reports/hz/runs/FAMILY/RUN: two horizons x (SFT, grpo, csa_state) x two seeds, every
+  run with its episodes (an RL run's file also holds its SFT start's step-0 lines)."""
+  rng = np.random.default_rng(11)
+  reports = tmp_path_factory.mktemp("h") / "reports"
+  data = {}
+  for family, h in HZ.items():
+    for s in HZ_SEEDS:
+      cfg = lambda name: {"name": name, "seed": s, "rl_iterations": 4, "rl_env_steps": 800,
+                          "rollout": {"tasks_per_iter": 4, "group_size": 8},
+                          "eval": {"num_episodes": N_TASKS, "first_task": 4 * s},
+                          "env": {"name": "keydoor", "kwargs": {"horizon": h}}}
+      sft = {0: {p: _hz_episodes(rng, s, 0.4) for p in ("eval", "eval_sampled")}}
+      sft_lines = [{"step": 0, "sft/nll": 0.5},
+                   {"step": 0, "perf/env_steps_total": 0.0} | _hz_eval("eval", sft[0]["eval"])
+                   | _hz_eval("eval_sampled", sft[0]["eval_sampled"])]
+      _hz_write(reports / "hz" / "runs" / family / f"sft_seed{s}", cfg(f"sft_seed{s}"),
+                sft_lines, sft)
+      data[(family, "sft", s)] = (sft_lines, sft)
+      for m, p in zip(HZ_METHODS, (0.7, 0.55)):
+        evals = {0: sft[0]} | {it: {q: _hz_episodes(rng, s, p) for q in ("eval", "eval_sampled")}
+                               for it in (2, 4)}
+        # Seeds far apart: two seeds' t-interval on the AUC reaches past 0 and 1.
+        lines = _hz_rl_lines(rng, evals, auc=(0.95, 1.0) if s == 0 else (0.55, 0.6))
+        _hz_write(reports / "hz" / "runs" / family / f"{m}_seed{s}", cfg(f"{m}_seed{s}"),
+                  lines, evals)
+        data[(family, m, s)] = (lines, evals)
+  # An unfinished run with a perfect score, so that counting it would show.
+  bad = {it: {q: {t: (1, 3, 1.0) for t in _hz_tasks(2)} for q in ("eval", "eval_sampled")}
+         for it in (0, 2, 4)}
+  _hz_write(reports / "hz" / "runs" / "keydoor_h16" / "csa_state_seed2",
+            {"env": {"kwargs": {"horizon": 16}}}, _hz_rl_lines(rng, bad), bad, done=False)
+  (reports / "hz" / "notes.md").write_text("Predictions first.\n")
+  R.main(["--name", "hz", "--reports-dir", str(reports)])
+  with open(reports / "hz" / "summary.csv") as f:
+    rows = list(csv.DictReader(f))
+  return reports, data, rows
+
+
+def _hz_rate(evals, step, policy="eval_sampled"):
+  return np.mean([e[0] for e in evals[step][policy].values()])
+
+
+def _hz_pairs(a, b):
+  """One seed's (task, a, b) from two {task: (success, ...)} dicts with the same tasks."""
+  assert set(a) == set(b)
+  return [(t, a[t][0], b[t][0]) for t in sorted(a)]
+
+
+def test_horizon_summary_shape(horizon_study):
+  reports, _, rows = horizon_study
+  with open(reports / "hz" / "summary.csv") as f:
+    header = next(csv.reader(f))
+  assert header == list(R.CSV_COLUMNS)
+  for col in ("horizon", "task_delta_vs_sft_mean", "task_delta_vs_grpo_sign_p",
+              "decisive_auc_ci_high", "iteration_s_mean", "adv_frac_of_iteration_mean",
+              "rollout_episode_len_mean", "delta_vs_grpo_ci_high"):
+    assert col in header
+  assert [(r["method"], r["horizon"], r["family"], r["seeds"]) for r in rows] == [
+      (m, h, f, "2") for f, h in (("keydoor_h4", "4"), ("keydoor_h16", "16"))
+      for m in ("sft", "grpo", "csa_state")]  # the unfinished csa_state_seed2 not counted
+
+
+def test_horizon_paired_deltas_within_a_horizon(horizon_study):
+  _, data, rows = horizon_study
+  by = {(r["method"], r["horizon"]): r for r in rows}
+  for family, h in HZ.items():
+    rate = {(m, s): _hz_rate(data[(family, m, s)][1], 0 if m == "sft" else 4)
+            for m in ("sft",) + HZ_METHODS for s in HZ_SEEDS}
+    for m in HZ_METHODS:
+      row = by[(m, str(h))]
+      _check(row, "sampled_success", [rate[(m, s)] for s in HZ_SEEDS], RATE)
+      _check(row, "delta_vs_sft", [rate[(m, s)] - rate[("sft", s)] for s in HZ_SEEDS], DIFF)
+      _check(row, "delta_vs_grpo", [rate[(m, s)] - rate[("grpo", s)] for s in HZ_SEEDS], DIFF)
+      greedy = [_hz_rate(data[(family, m, s)][1], 4, "eval")
+                - _hz_rate(data[(family, "sft", s)][1], 0, "eval") for s in HZ_SEEDS]
+      _check(row, "greedy_delta_vs_sft", greedy, DIFF)
+      # Per task: against the run's own step 0, and against GRPO of the same seed.
+      for ref, pairs in (
+          ("sft", [_hz_pairs(data[(family, m, s)][1][4]["eval_sampled"],
+                             data[(family, m, s)][1][0]["eval_sampled"]) for s in HZ_SEEDS]),
+          ("grpo", [_hz_pairs(data[(family, m, s)][1][4]["eval_sampled"],
+                              data[(family, "grpo", s)][1][4]["eval_sampled"])
+                    for s in HZ_SEEDS])):
+        n, mean, lo, hi, wins, losses = _task_ref(pairs)
+        k = f"task_delta_vs_{ref}"
+        assert (row[f"{k}_seeds"], row[f"{k}_tasks"], row[f"{k}_wins"], row[f"{k}_losses"]) \
+            == ("2", str(n), str(wins), str(losses))
+        assert n == 16  # seed 0 ran tasks 0-11, seed 1 tasks 4-15
+        assert [float(row[f"{k}_{c}"]) for c in ("mean", "ci_low", "ci_high")] == \
+            pytest.approx([mean, lo, hi], abs=1e-7)
+        assert float(row[f"{k}_sign_p"]) == pytest.approx(_sign_p_ref(wins, losses), rel=1e-7)
+    assert by[("grpo", str(h))]["task_delta_vs_grpo_mean"] == "0"
+
+
+def test_horizon_credit_length_and_cost(horizon_study):
+  _, data, rows = horizon_study
+  by = {(r["method"], r["horizon"]): r for r in rows}
+  for family, h in HZ.items():
+    for m in HZ_METHODS:
+      row = by[(m, str(h))]
+      its = {s: [l for l in data[(family, m, s)][0] if "perf/iteration_s" in l] for s in HZ_SEEDS}
+      auc = [np.nanmean([l["credit/decisive_auc"] for l in its[s]]) for s in HZ_SEEDS]
+      m_, lo, hi = _ci(auc, RATE)
+      assert (lo, hi) == (0.0, 1.0)  # the t-interval reaches past both ends: cut there
+      assert [float(row[f"decisive_auc_{c}"]) for c in ("mean", "ci_low", "ci_high")] == \
+          pytest.approx([m_, lo, hi], abs=1e-7)
+      it_s = np.mean([np.mean([l["perf/iteration_s"] for l in its[s]]) for s in HZ_SEEDS])
+      share = np.mean([sum(l["perf/adv_s"] for l in its[s])
+                       / sum(l["perf/iteration_s"] for l in its[s]) for s in HZ_SEEDS])
+      length = np.mean([np.mean([l["rollout/episode_len"] for l in its[s]]) for s in HZ_SEEDS])
+      assert float(row["iteration_s_mean"]) == pytest.approx(it_s, rel=1e-7)
+      assert float(row["adv_frac_of_iteration_mean"]) == pytest.approx(share, rel=1e-7)
+      assert float(row["rollout_episode_len_mean"]) == pytest.approx(length, rel=1e-7)
+
+
+def test_horizon_per_run_wilson(horizon_study):
+  reports, data, _ = horizon_study
+  with open(reports / "hz" / "per_run.csv") as f:
+    per_run = list(csv.DictReader(f))
+  assert [r["run"] for r in per_run[:3]] == ["keydoor_h4/sft_seed0", "keydoor_h4/sft_seed1",
+                                             "keydoor_h4/grpo_seed0"]
+  for r in per_run:
+    evals = data[(r["family"], r["method"], int(r["seed"]))][1]
+    eps = evals[max(evals)]["eval_sampled"]
+    k = sum(e[0] for e in eps.values())
+    assert r["source"] == "episodes" and r["sampled_episodes"] == str(N_TASKS)
+    assert r["horizon"] == str(HZ[r["family"]])
+    assert (float(r["sampled_wilson_low"]), float(r["sampled_wilson_high"])) == \
+        pytest.approx(_wilson_ref(k, N_TASKS), abs=1e-7)
+
+
+def test_horizon_page_and_plots(horizon_study):
+  reports, _, _ = horizon_study
+  md = (reports / "hz.md").read_text()
+  assert "| group | run | finished seeds |" in md and "| horizon 16 | csa_state | 0, 1 |" in md
+  assert "Unfinished runs ignored: 1 (keydoor_h16/csa_state_seed2)." in md
+  assert "| method | horizon | seeds |" in md and "vs GRPO per task" in md
+  assert "decisive AUC" in md and "- RL environment-step budget (rl_env_steps): 800" in md
+  assert "- per-episode outcomes (eval/episodes.jsonl): 12 of 12 runs" in md
+  assert f"![difference to GRPO against the horizon](hz/{R.HORIZON_PLOT})" in md
+  for png in R.PLOTS + (R.HORIZON_PLOT,):
+    assert (reports / "hz" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert str(reports) not in md
+
+
+def test_horizon_regeneration_is_byte_for_byte(horizon_study, tmp_path):
+  """Regenerating in place, or from a copy elsewhere, writes the same bytes."""
+  import shutil
+  reports, _, _ = horizon_study
+  names = [os.path.join("hz", p) for p in ("summary.csv", "per_run.csv") + R.PLOTS
+           + (R.HORIZON_PLOT,)] + ["hz.md"]
+  before = {n: (reports / n).read_bytes() for n in names}
+  R.write_report(str(reports), "hz")
+  assert {n: (reports / n).read_bytes() for n in names} == before
+  copy = tmp_path / "elsewhere"
+  shutil.copytree(reports, copy)
+  for n in names:
+    (copy / n).unlink()
+  R.write_report(str(copy), "hz")
+  assert {n: (copy / n).read_bytes() for n in names} == before
+
+
+def test_a_run_whose_start_ran_other_tasks_is_an_error(horizon_study, tmp_path):
+  import shutil
+  reports, _, _ = horizon_study
+  copy = tmp_path / "r"
+  shutil.copytree(reports, copy)
+  path = copy / "hz" / "runs" / "keydoor_h4" / "grpo_seed0" / R.EPISODES_FILE
+  lines = [json.loads(l) for l in path.read_text().splitlines()]
+  for l in lines:
+    if l["step"] == 0:
+      l["index"] += 100  # a start evaluated on other tasks
+  path.write_text("".join(json.dumps(l) + "\n" for l in lines))
+  with pytest.raises(ValueError, match="keydoor_h4/grpo_seed0 vs its SFT start: the two "
+                                       "evaluations ran different tasks"):
+    R.write_report(str(copy), "hz")
+
+
+def test_one_family_layout_gives_the_same_rows(horizon_study, tmp_path):
+  """The horizon-4 family's runs moved to runs/RUN/ (a single-family study with episodes,
+  as the quickstart on the new testbed will be) give that horizon's rows, family blank."""
+  import shutil
+  reports, _, rows = horizon_study
+  src = reports / "hz" / "runs" / "keydoor_h4"
+  shutil.copytree(src, tmp_path / "reports" / "one" / "runs")
+  R.write_report(str(tmp_path / "reports"), "one")
+  with open(tmp_path / "reports" / "one" / "summary.csv") as f:
+    one = list(csv.DictReader(f))
+  expected = [r | {"family": ""} for r in rows if r["family"] == "keydoor_h4"]
+  assert one == expected
+  assert (tmp_path / "reports" / "one" / R.HORIZON_PLOT).exists()  # one horizon, one tick
