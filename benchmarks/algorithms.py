@@ -60,7 +60,7 @@ def episodes(cfg, seed: int = 0) -> list[Trajectory]:
 
 
 def bench_method(name: str, reps: int) -> dict[str, float]:
-  cfg = variant(quickstart.base(), f"bench_{name}", name)
+  cfg = variant(quickstart.coin_base(), f"bench_{name}", name)
   r = cfg.rollout
   params = nnx.split(Decoder(cfg.model, rngs=nnx.Rngs(0)), nnx.Param)
   graphdef, params = params

@@ -28,7 +28,7 @@ COIN_DOORS = "numLocations=6,numDistractorItems=0,includeDoors=1,limitInventoryS
 
 
 def base():
-  q = quickstart.base()
+  q = quickstart.coin_base()
   return dataclasses.replace(
       q, name="coin_doors",
       env=dataclasses.replace(q.env, kwargs={"game": "coin", "game_params": COIN_DOORS,

@@ -48,12 +48,15 @@ ESTIMATORS = {  # study name -> (registered estimator, hparams over the run's al
     "csa_gigpo": ("csa_gigpo", {"lam": 0.5}),
 }
 ENV_FAMILIES = {"alfworld": "alfworld", "coin_doors": "twx", "twx_coin": "twx",
-                "quickstart": "twx", "scienceworld": "scienceworld"}
+                "quickstart_coin": "twx", "scienceworld": "scienceworld",
+                "quickstart": "keydoor", "keydoor": "keydoor"}
 LABEL_MEANING = {
     "alfworld": ("exact: decrease of the shortest distance to the goal (+1 along a shortest "
                  "plan, 0 for a wasted step, -1 or less for a step that moves the goal away)"),
     "twx": ("coarse: +1 when the engine score rises (in coin only on 'take coin', the winning "
             "step), -1 when it falls or the task fails, else 0"),
+    "keydoor": ("exact: +1 for the right key (or branch) at a decisive step, -1 for a wrong "
+                "one, 0 on every routine step"),
 }
 
 

@@ -10,7 +10,7 @@ from csa_jax.config import ConfigError, apply_overrides
 
 @pytest.fixture
 def cfg():
-  return experiments.get_experiment("quickstart")
+  return experiments.get_experiment("quickstart_coin")
 
 
 def test_overrides_parse_to_declared_types(cfg):

@@ -149,7 +149,7 @@ def test_credit_command_end_to_end(tmp_path):
   outs = []
   for which in ("sft", "rl"):
     out = str(tmp_path / f"study_{which}")
-    assert study.main(["--env", "quickstart", "--checkpoint", run, "--which", which,
+    assert study.main(["--env", "quickstart_coin", "--checkpoint", run, "--which", which,
                        "--groups", "3", "--group-size", "4", "--num-envs", "12",
                        "--resamples", "20", "--out", out]) == 0
     outs.append(out)

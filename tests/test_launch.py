@@ -43,7 +43,7 @@ def test_resume_without_checkpoint(tmp_path):
 
 # Start-up refusals: one line naming the problem, exit code 2, and no work directory left
 # behind. A tiny budget keeps the runs that get as far as the demonstrations short.
-TINY = ["--set", "sft.num_demos=4", "--set", "env.kwargs.step_limit=4",
+TINY = ["--exp", "quickstart_coin", "--set", "sft.num_demos=4", "--set", "env.kwargs.step_limit=4",
         "--set", "rollout.num_envs=2", "--set", "eval.num_episodes=2"]
 
 
@@ -107,7 +107,7 @@ def test_demonstrations_from_another_environment_version_are_refused(tmp_path):
   from environments.demos import VERSION_FILE, build_demos
   demos = tmp_path / "demos"
   import experiments
-  cfg = experiments.get_experiment("quickstart")
+  cfg = experiments.get_experiment("quickstart_coin")
   kwargs = dict(cfg.env.kwargs, step_limit=4)
   builder = build_demos(str(demos), "twx", kwargs, {"train": 4})
   stamp = os.path.join(str(builder.data_dir), VERSION_FILE)

@@ -14,7 +14,7 @@ from csa_jax.trainer import Trainer, summary_table
 
 
 def tiny_cfg(iterations, demos_dir):
-  cfg = experiments.get_experiment("quickstart")
+  cfg = experiments.get_experiment("quickstart_coin")
   return apply_overrides(cfg, [f"sft.demos_dir={demos_dir}",
       "sft.num_demos=6", "sft.epochs=1", "sft.batch_size=16",
       "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
@@ -171,3 +171,34 @@ def test_alfworld_end_to_end_through_process_pool(tmp_path):
   rl = [r for r in recs if "rollout/success" in r]
   assert rl and rl[0]["rollout/episodes"] == 2
   assert rl[0]["credit/labelled_steps"] > 0  # planner oracle labels reached the metrics
+
+
+def test_the_keydoor_quickstart_end_to_end_writes_per_episode_outcomes(tmp_path):
+  """The default experiment (KeyDoor h4, CSA) through the trainer, cut to seconds: SFT on
+  the noisy expert's episodes (lost ones too), RL, held-out evaluations whose per-episode
+  records match the logged rates task by task; a second run from its SFT start copies
+  the SFT episodes, so each run's file pairs SFT and RL on the same tasks."""
+  cfg = apply_overrides(experiments.get_experiment("quickstart"), [
+      f"sft.demos_dir={tmp_path / 'demos'}", "sft.num_demos=8", "sft.epochs=1",
+      "sft.batch_size=16", "rollout.tasks_per_iter=2", "rollout.group_size=3",
+      "rollout.num_envs=6", "algo.minibatch_size=16", "eval.num_episodes=6",
+      "rl_iterations=2", "rl_env_steps=0", "checkpoint_every=1", "env.kwargs.horizon=2",
+      "rollout.max_turns=3"])
+  work = str(tmp_path / "run")
+  summary = Trainer(cfg, work).run()
+  recs = M.read_jsonl(os.path.join(work, M.EPISODES_FILE))
+  assert {(r["step"], r["policy"]) for r in recs} == {
+      (0, "eval"), (0, "eval_sampled"), (2, "eval"), (2, "eval_sampled")}
+  for step, key in ((0, "sft"), (2, "rl")):
+    for policy in ("eval", "eval_sampled"):
+      ep = [r for r in recs if r["step"] == step and r["policy"] == policy]
+      assert sorted(r["index"] for r in ep) == list(range(6))
+      assert all(r["split"] == "test" and r["length"] == 3 for r in ep)
+      assert np.mean([r["success"] for r in ep]) == summary[key][f"{policy}/success"]
+      assert [r["return"] for r in ep] == [float(r["success"]) for r in ep]
+  # A run that starts from this one's SFT stage carries the same SFT episodes.
+  other = str(tmp_path / "other")
+  Trainer(apply_overrides(cfg, [f"sft.init_from={work}", "rl_iterations=1"]), other).run()
+  sft = lambda path: [r for r in M.read_jsonl(os.path.join(path, M.EPISODES_FILE))
+                      if r["step"] == 0]
+  assert sft(other) == sft(work)
