@@ -221,10 +221,15 @@ class Sweep:
     return " (held-out success: " + ", ".join(parts) + ")"
 
   def _write_commands(self) -> None:
+    """reports/NAME/commands.txt: every sweep command that added runs to the study (a
+    study can be filled by several, e.g. one arm per set of families), then the report's."""
     path = os.path.join(self.args.reports_dir, self.args.name, "commands.txt")
-    argv = ["python", "-m", "experiments.sweep"] + self.args.argv
+    argv = shlex.join(["python", "-m", "experiments.sweep"] + self.args.argv)
+    old = open(path).read().splitlines() if os.path.exists(path) else []
+    sweeps = [line for line in old if line.startswith("python -m experiments.sweep")]
+    sweeps += [argv] if argv not in sweeps else []
     with open(path, "w") as f:
-      f.write(shlex.join(argv) + "\n")
+      f.writelines(line + "\n" for line in sweeps)
       f.write(f"python -m experiments.report --name {self.args.name}\n")
 
 

@@ -26,6 +26,30 @@ def test_plan_is_seed_major_and_pairs_methods_on_one_sft_start(tmp_path):
     assert f"sft.init_from={tmp_path / 'sft_seed0'}" in r.overrides
 
 
+def test_several_families_are_one_study_with_a_folder_each(tmp_path):
+  runs = sweep.plan(["keydoor_h4", "keydoor_h48"], ["csa"], [0, 1], [], str(tmp_path))
+  assert [r.name for r in runs] == [
+      "keydoor_h4/sft_seed0", "keydoor_h4/csa_seed0", "keydoor_h48/sft_seed0",
+      "keydoor_h48/csa_seed0", "keydoor_h4/sft_seed1", "keydoor_h4/csa_seed1",
+      "keydoor_h48/sft_seed1", "keydoor_h48/csa_seed1"]
+  assert runs[3].exp == "keydoor_h48_csa" and runs[3].needs == "keydoor_h48/sft_seed0"
+  assert f"sft.init_from={tmp_path / 'keydoor_h48' / 'sft_seed0'}" in runs[3].overrides
+  # One family added to such a study later keeps its folder (and shares the SFT starts).
+  more = sweep.plan(["keydoor_h48"], ["gigpo"], [0], [], str(tmp_path), by_family=True)
+  assert [r.name for r in more] == ["keydoor_h48/sft_seed0", "keydoor_h48/gigpo_seed0"]
+
+
+def test_commands_file_keeps_every_sweep_of_a_study(tmp_path):
+  for methods in ("grpo", "csa", "grpo"):
+    args = sweep.parse_args(["--family", "keydoor_h4", "--methods", methods, "--seeds", "1",
+                             "--name", "st", "--runs-dir", str(tmp_path / "runs"),
+                             "--reports-dir", str(tmp_path / "reports")])
+    sweep.Sweep(args)._write_commands()
+  lines = (tmp_path / "reports" / "st" / "commands.txt").read_text().splitlines()
+  assert len(lines) == 3 and "--methods grpo" in lines[0] and "--methods csa" in lines[1]
+  assert lines[2] == "python -m experiments.report --name st"
+
+
 def test_sft_start_counts_only_once_saved(tmp_path):
   args = sweep.parse_args(["--family", "twx_coin", "--methods", "grpo", "--seeds", "1",
                            "--runs-dir", str(tmp_path / "runs"),
