@@ -92,8 +92,10 @@ def main(argv=None) -> int:
 
   from csa_jax.checkpoint import CheckpointError
   from csa_jax.signals import Interrupted
-  from csa_jax.trainer import (NonFiniteError, SetupError, Trainer, check_environment,
-                               summary_table)
+  from csa_jax.evaluation import summary_table
+  from csa_jax.guard import NonFiniteError
+  from csa_jax.setup_checks import SetupError, check_environment
+  from csa_jax.trainer import Trainer
   from environments.demos import DemosError
   try:
     check_environment(cfg)  # before anything is written

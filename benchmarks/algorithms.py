@@ -31,8 +31,9 @@ from csa_jax import algorithms
 from csa_jax import data as data_lib
 from csa_jax import train_step as ts
 from csa_jax.model import Decoder
-from csa_jax.rollout import Step, Trajectory, group_arrays
-from csa_jax.trainer import sampling_config
+from csa_jax import groups
+from csa_jax.rollout import Step, Trajectory
+from csa_jax.policy import sampling_config
 from experiments import quickstart
 from experiments.variants import variant
 
@@ -74,7 +75,7 @@ def bench_method(name: str, reps: int) -> dict[str, float]:
       pad_id=0, play=None, workdir="", ref_params=jax.tree.map(jnp.copy, params))
   algo = algorithms.get(cfg.algo.method)
   trajs = episodes(cfg)
-  arrays = group_arrays(trajs, r.tasks_per_iter, r.group_size, r.max_turns, r.logp_reduce)
+  batch = groups.from_episodes(trajs, r.group_size, r.max_turns, r.logp_reduce)
   box = {"state": ts.init_state(jax.tree.map(jnp.copy, params), tx),
          "aux": algo.init_aux(cfg, params)}
   if "ready" in box["aux"]:  # SPA: the estimator is trained before RL, not per iteration
@@ -83,7 +84,7 @@ def bench_method(name: str, reps: int) -> dict[str, float]:
   parts = {}
 
   def iteration():
-    prep = algo.prepare(ctx, 0, trajs, arrays, box["state"].params, box["aux"])
+    prep = algo.prepare(ctx, 0, batch, box["state"].params, box["aux"])
     box["aux"] = prep.aux
     parts["aux_s"] = prep.metrics["perf/aux_s"]
     if not prep.skip:

@@ -203,7 +203,7 @@ def env_corpus(env_kwargs: dict, num_tasks: int) -> list[str]:
   observations and action lists (the games are generated here, into the cache the run
   then reads), in the think format's framing."""
   from csa_jax.rollout import PromptFormat
-  from csa_jax.trainer import demo_corpus
+  from csa_jax.sft_rows import demo_corpus
   from environments.registry import make_env
   env = make_env("alfworld", **env_kwargs)
   try:

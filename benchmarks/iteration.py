@@ -48,7 +48,8 @@ from csa_jax.checkpoint import Checkpointer
 from csa_jax.config import apply_overrides
 from csa_jax.model import Decoder
 from csa_jax.tokenizer import Tokenizer
-from csa_jax.trainer import SamplerPolicy, Trainer
+from csa_jax.policy import SamplerPolicy
+from csa_jax.trainer import Trainer
 from environments.pool import EnvPool
 from flax import nnx
 

@@ -18,10 +18,8 @@ Implements, as pure jitted functions:
   of step indices, so that it compares decisions taken in the same state
   (`csa_state_advantages`).
 - CSA+GiGPO: both step terms on one episode term (see `csa_gigpo_advantages`).
-- DAPO (Yu et al., 2025, arXiv 2503.14476) helpers on the reward side: dynamic sampling
-  (`dynamic_sampling_keep`) and overlong reward shaping (`overlong_penalty`,
-  `shape_overlong_rewards`), with the multi-turn meaning of "length". DAPO's other two
-  parts, clip-higher and the token-level loss, are in losses.py.
+DAPO's reward-side parts (dynamic sampling, overlong shaping) are in dapo.py, its
+clip-higher and token-level loss in losses.py.
 
 Shapes: B task groups, G rollouts per group, T max steps. `mask_BxGxT` is true where
 rollout i of group b has a step t; a rollout with no active step is padding. Every
@@ -504,109 +502,6 @@ def csa_state_advantages(rewards_BxG, logp_BxGxT, mask_BxGxT, state_id_BxGxT, *,
 
 
 # ------------------------------------------------------------------------------------
-# DAPO (Yu et al., 2025, arXiv 2503.14476): dynamic sampling, overlong reward shaping.
-# ------------------------------------------------------------------------------------
-
-
-@jax.jit
-def dynamic_sampling_keep(rewards_BxG, *, valid_BxG=None):
-  """DAPO dynamic sampling: which groups to keep (true where rewards are not all equal).
-
-  A group whose real rollouts all got the same reward (all solved, all failed), or that
-  has fewer than 2 real rollouts, has zero GRPO advantage everywhere and only dilutes the
-  batch. "All equal" uses the same tie rule as `episode_advantages`, so a kept group is
-  exactly one with a non-zero GRPO advantage. Under CSA such groups also get A_S = 0
-  (l = A_E * dev = 0); under GiGPO they may still carry step-level signal, so filter
-  them on episode rewards only where that is intended.
-
-  The host loop around it (DAPO Algorithm 1): sample B' groups, keep those with
-  `keep_B`, append to a buffer, repeat until the buffer holds B groups, train on the
-  first B. Returns keep_B (bool).
-  """
-  rewards_BxG, valid_BxG = _rewards_and_valid(rewards_BxG, valid_BxG)
-  c, _ = _center(rewards_BxG, valid_BxG, -1, ddof=1)
-  return jnp.any(c != 0, axis=-1)
-
-
-def overlong_penalty(length, *, max_len, cache_len, factor=1.0):
-  """DAPO's soft overlong punishment (its Eq. 13), elementwise, scaled by `factor`.
-
-      0                                      if length <= max_len - cache_len
-      ((max_len - cache_len) - length) / cache_len   inside the cache window
-      -1                                     if length > max_len
-
-  Multi-turn meaning of "length" (the policy's own generated tokens; observations and
-  prompts are written by the environment and never count):
-  - per step: the action tokens generated at that step, with max_len = the sampler's
-    per-turn limit (max_new_tokens). A step inside the window was nearly or actually
-    cut off, so its action text is likely incomplete. Add the result to the step's
-    reward (step-reward estimators such as GiGPO), or fold it into the episode reward
-    with `shape_overlong_rewards(per="step")`.
-  - per episode: the action tokens summed over the episode's steps, with max_len = the
-    episode's generation budget; penalises rambling across turns. Add it to the
-    episode reward (`shape_overlong_rewards(per="episode")`).
-  DAPO's single-turn setting is max_len 20480, cache_len 4096.
-  """
-  if not 0 < cache_len <= max_len:
-    raise ValueError(f"need 0 < cache_len <= max_len, got cache_len={cache_len}, "
-                     f"max_len={max_len}")
-  length = _f32(length)
-  start = max_len - cache_len
-  pen = jnp.where(length <= start, 0.0, (start - length) / cache_len)
-  return factor * jnp.where(length > max_len, -1.0, pen)
-
-
-def shape_overlong_rewards(rewards_BxG, action_len_BxGxT, mask_BxGxT, *, max_len,
-                           cache_len, factor=1.0, per="step"):
-  """Episode rewards plus DAPO's overlong penalty, for episode-level estimators.
-
-  per="step": each active step is judged on its own action length against the per-turn
-    limit, and the mean penalty over the episode's steps is added (in [-factor, 0],
-    the same range as single-turn DAPO, whatever the number of steps).
-  per="episode": the total action length over the active steps is judged against an
-    episode budget.
-  See `overlong_penalty` for max_len / cache_len in each case.
-  """
-  mask_BxGxT = _as_mask(mask_BxGxT)
-  action_len_BxGxT = jnp.where(mask_BxGxT, _f32(action_len_BxGxT), 0.0)
-  _check_steps(mask_BxGxT, action_len_BxGxT=action_len_BxGxT)
-  kw = dict(max_len=max_len, cache_len=cache_len, factor=factor)
-  if per == "step":
-    pen = jnp.where(mask_BxGxT, overlong_penalty(action_len_BxGxT, **kw), 0.0)
-    n = jnp.sum(mask_BxGxT, axis=-1)
-    pen_BxG = jnp.sum(pen, axis=-1) / jnp.maximum(n, 1)
-  elif per == "episode":
-    pen_BxG = overlong_penalty(jnp.sum(action_len_BxGxT, axis=-1), **kw)
-  else:
-    raise ValueError(f"per must be 'step' or 'episode', got {per!r}")
-  return _f32(rewards_BxG) + pen_BxG
-
-
-# ------------------------------------------------------------------------------------
-# Step advantages onto tokens.
-# ------------------------------------------------------------------------------------
-
-
-def token_advantages(adv_BxGxT, row_bgt_Nx3, action_mask_NxL):
-  """Step advantages onto the action tokens of each training row.
-
-  One training row is one agent step (prompt + action). `row_bgt_Nx3[n] = (b, i, t)`
-  says which step row n holds; every action token of that row gets `adv[b, i, t]`,
-  every other token (prompt, padding) gets 0.
-
-  Returns:
-    adv_NxL, float32.
-  """
-  row_bgt_Nx3 = jnp.asarray(row_bgt_Nx3)
-  _check_ndim("row_bgt_Nx3", row_bgt_Nx3, 2, "[N, 3]")
-  if row_bgt_Nx3.shape[-1] != 3:
-    raise ValueError(f"row_bgt_Nx3 must have shape [N, 3], got {row_bgt_Nx3.shape}")
-  _check_ndim("action_mask_NxL", jnp.asarray(action_mask_NxL), 2, "[N, L]")
-  adv_N = _f32(adv_BxGxT)[row_bgt_Nx3[:, 0], row_bgt_Nx3[:, 1], row_bgt_Nx3[:, 2]]
-  return jnp.where(_as_mask(action_mask_NxL), adv_N[:, None], 0.0)
-
-
-# ------------------------------------------------------------------------------------
 # Registry: one keyword signature for the trainer.
 # ------------------------------------------------------------------------------------
 
@@ -659,6 +554,10 @@ def _rloo(rewards_BxG, mask_BxGxT):
 
 
 _REGISTRY: dict[str, Estimator] = {}
+# Checks every estimator must pass when it registers (`add_registration_check`): the
+# trainer's one adds that each declared hparam is a config field, so a knob cannot be
+# declared and then silently never set.
+_CHECKS: list[Callable[[Estimator], None]] = []
 
 
 def register_estimator(est: Estimator) -> Estimator:
@@ -668,8 +567,17 @@ def register_estimator(est: Estimator) -> Estimator:
   if unknown:
     raise ValueError(f"estimator {est.name!r} requires unknown inputs {unknown}; "
                      f"valid: {list(_INPUTS)}")
+  for check in _CHECKS:
+    check(est)
   _REGISTRY[est.name] = est
   return est
+
+
+def add_registration_check(check: Callable[[Estimator], None]) -> None:
+  """Runs `check(est)` on every estimator registered so far and on each one after."""
+  for est in _REGISTRY.values():
+    check(est)
+  _CHECKS.append(check)
 
 
 register_estimator(Estimator("grpo", _grpo, ("rewards_BxG", "mask_BxGxT"),

@@ -126,9 +126,6 @@ class MDPOConfig:
   reference: str = "sft"
 
 
-METHODS = ("estimator", "istar", "spa", "mtdpo")
-
-
 @dataclasses.dataclass(frozen=True)
 class AlgoConfig:
   # What drives an RL iteration (csa_jax/algorithms): "estimator" (advantages from the
@@ -139,6 +136,8 @@ class AlgoConfig:
   gamma: float = 0.95
   w: float = 1.0
   eps: float = 1e-6
+  # Delta degrees of freedom of the estimators' stds (1: unbiased, as torch.std in GRPO).
+  ddof: int = 1
   std_normalize: bool = True
   clip_low: float = 0.2
   clip_high: float = 0.2
@@ -401,7 +400,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (a.dynamic_sampling_rounds >= 1, "algo.dynamic_sampling_rounds must be >= 1"),
       (a.row_weight in ("step", "episode"), "algo.row_weight must be 'step' or 'episode'"),
       (a.invalid_penalty >= 0, "algo.invalid_penalty must be >= 0"),
-      (a.method in METHODS, f"algo.method must be one of {', '.join(METHODS)} "
+      (a.method in _methods(), f"algo.method must be one of {', '.join(_methods())} "
        f"(got {a.method!r})"),
       (a.mtdpo.reference in ("sft", "previous"),
        "algo.mtdpo.reference must be 'sft' or 'previous'"),
@@ -433,6 +432,13 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if not ok:
       raise ConfigError(msg)
   return cfg
+
+
+def _methods() -> list[str]:
+  """The RL methods (csa_jax/algorithms: their one list); imported here, when a config is
+  validated, because the methods' own code reads these configs."""
+  from csa_jax import algorithms  # pylint: disable=g-import-not-at-top
+  return algorithms.names()
 
 
 def sampler_rows(r: RolloutConfig) -> int:

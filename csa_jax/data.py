@@ -25,7 +25,6 @@ from typing import Any, Iterator, Sequence
 import grain
 import numpy as np
 
-from csa_jax.rollout import Trajectory
 
 Row = dict[str, Any]
 
@@ -49,29 +48,6 @@ PACK_REUSE_SLACK = 0.25
 # gather of action slots; the quickstart measured 3.0-3.25 s against 2.6-2.9 s per update at
 # the same count), so a minibatch is packed only where that saves at least 1/8 of them.
 PACK_MAX_FILL = 7 / 8
-
-
-def rl_rows(trajs: Sequence[Trajectory], adv_BxGxT: np.ndarray, group_size: int,
-            row_weight: str = "step") -> list[Row]:
-  """One row per real step, with that step's advantage (trajectories group-major).
-
-  row_weight "episode" scales each row's advantage by mean_len / len(its episode), so
-  every episode carries the same total weight in the loss whatever its length (the
-  clipped objective is linear in a positive advantage scale, so this is a row weight).
-  """
-  lens = [min(t.length, adv_BxGxT.shape[2]) for t in trajs]
-  mean_len = float(np.mean([n for n in lens if n > 0])) if any(lens) else 1.0
-  rows = []
-  for k, tr in enumerate(trajs):
-    b, g = divmod(k, group_size)
-    scale = mean_len / lens[k] if row_weight == "episode" and lens[k] else 1.0
-    for t, st in enumerate(tr.steps[: adv_BxGxT.shape[2]]):
-      if not st.action_ids:
-        continue
-      rows.append({"prompt_ids": st.prompt_ids, "action_ids": st.action_ids,
-                   "old_logps": st.action_logps,
-                   "advantage": float(adv_BxGxT[b, g, t]) * scale})
-  return rows
 
 
 def sft_row(prompt_ids: list[int], action_ids: list[int]) -> Row:

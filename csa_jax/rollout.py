@@ -291,7 +291,7 @@ def run_episodes(pool, policy: PolicyFn, tok: Tokenizer, tasks: Sequence[tuple[s
   """Plays one episode per task, `pool.num_envs` at a time; results in task order.
 
   The policy always gets `pool.num_envs` prompts (finished or idle slots send
-  `dummy_prompt`), one per slot; trainer.SamplerPolicy samples only the live ones, in one of
+  `dummy_prompt`), one per slot; policy.SamplerPolicy samples only the live ones, in one of
   three row counts, so finished slots cost (almost) nothing and few shapes compile. With
   `cfg.overlap` the wave's slots play in two halves whose sampling and environment steps
   alternate (`_play_overlapped`). `perf` (a csa_jax.perf.Timer) times environment steps,
@@ -386,13 +386,13 @@ class _Wave:
 
 def dummy_prompt(tok: Tokenizer) -> list[int]:
   """The one-token prompt of a finished or idle slot (a policy may skip it:
-  trainer.SamplerPolicy samples only the other rows)."""
+  policy.SamplerPolicy samples only the other rows)."""
   return [tok.eos_id]
 
 
 def _sampler_shape(policy, prompts: list[list[int]], cfg: RolloutConfig) -> tuple[int, int]:
   """(rows, prompt width) a policy call samples for `prompts`: the policy's own
-  `sampler_shape` where it has one (trainer.SamplerPolicy drops dummy rows and buckets
+  `sampler_shape` where it has one (policy.SamplerPolicy drops dummy rows and buckets
   widths), else every row at the prompt budget."""
   shape = getattr(policy, "sampler_shape", None)
   return shape(prompts) if shape is not None else (len(prompts), cfg.max_prompt_tokens)
@@ -417,7 +417,7 @@ def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) ->
   half, the host steps the other half's environments and builds its next prompts.
 
   A policy with `dispatch(prompts, rng) -> pending` and `collect(pending) -> (ids,
-  logps)` (trainer.SamplerPolicy: JAX dispatch returns before the device is done) is
+  logps)` (policy.SamplerPolicy: JAX dispatch returns before the device is done) is
   overlapped; a plain callable is called at dispatch, so the halves only alternate. Each
   half always sends ceil(num_envs / 2) prompts (one compiled shape). An episode's steps
   are what the serial loop would record for the same answers; a sampler with its own key
@@ -460,6 +460,9 @@ def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) ->
 
 @dataclasses.dataclass(frozen=True)
 class GroupArrays:
+  """What the estimators read of B task groups of G episodes (csa_jax/groups.py makes
+  them, `group_arrays`)."""
+
   rewards_BxG: np.ndarray  # float32 outcome reward (1 if won)
   logp_BxGxT: np.ndarray  # float32 step log-prob (sum or mean over action tokens)
   mask_BxGxT: np.ndarray  # bool, step exists
@@ -468,34 +471,3 @@ class GroupArrays:
   oracle_BxGxT: np.ndarray  # float32 oracle labels, NaN where none
   action_len_BxGxT: np.ndarray  # int32 generated tokens per step (DAPO overlong shaping)
   invalid_BxGxT: np.ndarray  # bool, the environment rejected the step's action
-
-
-def group_arrays(trajs: Sequence[Trajectory], num_groups: int, group_size: int,
-                 max_turns: int, logp_reduce: str = "sum") -> GroupArrays:
-  """Pads trajectories (ordered group by group) into [B, G, T] arrays."""
-  if len(trajs) != num_groups * group_size:
-    raise ValueError(f"expected {num_groups * group_size} trajectories, got {len(trajs)}")
-  shape = (num_groups, group_size, max_turns)
-  logp = np.zeros(shape, np.float32)
-  mask = np.zeros(shape, bool)
-  step_r = np.zeros(shape, np.float32)
-  sid = np.zeros(shape, np.int32)
-  oracle = np.full(shape, np.nan, np.float32)
-  action_len = np.zeros(shape, np.int32)
-  invalid = np.zeros(shape, bool)
-  rewards = np.zeros((num_groups, group_size), np.float32)
-  for k, tr in enumerate(trajs):
-    b, g = divmod(k, group_size)
-    rewards[b, g] = float(tr.won)
-    for t, st in enumerate(tr.steps[:max_turns]):
-      lp = np.asarray(st.action_logps, np.float64)
-      logp[b, g, t] = lp.sum() if logp_reduce == "sum" else lp.mean() if lp.size else 0.0
-      mask[b, g, t] = True
-      sid[b, g, t] = st.anchor_id
-      action_len[b, g, t] = len(st.action_ids)
-      invalid[b, g, t] = not st.valid
-      if st.oracle_label is not None:
-        oracle[b, g, t] = st.oracle_label
-    if tr.steps:
-      step_r[b, g, min(len(tr.steps), max_turns) - 1] = rewards[b, g]
-  return GroupArrays(rewards, logp, mask, step_r, sid, oracle, action_len, invalid)

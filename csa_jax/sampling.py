@@ -213,7 +213,7 @@ def prefill_groups(tokens_BxP: np.ndarray, mask_BxP: np.ndarray, chunk: int = 0
   """Rows to prefill and, per row, which of them holds its cache; None: no saving.
 
   Identical prompt rows (the G rollouts of a task start from one prompt; the rows that
-  trainer.SamplerPolicy adds to reach its row bucket repeat one) need one prefill between
+  policy.SamplerPolicy adds to reach its row bucket repeat one) need one prefill between
   them. Returns (rows_U, index_B): rows_U
   indexes the batch's rows to prefill, index_B the entry of rows_U whose cache row b
   takes. U is rounded up to a power of two (repeating a row) so few shapes compile, and

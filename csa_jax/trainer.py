@@ -19,256 +19,32 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import grain
 from flax import nnx
 from tqdm.auto import tqdm
 
-from csa_jax import advantages as adv_lib
 from csa_jax import algorithms
 from csa_jax import data as data_lib
 from csa_jax import distributed as dist
+from csa_jax import groups
 from csa_jax import mesh as mesh_lib
 from csa_jax import metrics as metrics_lib
 from csa_jax import perf as perf_lib
 from csa_jax import rollout as rollout_lib
-from csa_jax import sampling
 from csa_jax import train_step as ts
-# Re-exported: the estimator methods' reward shaping and advantages live with them now.
-from csa_jax.algorithms.estimator import compute_advantages, shaped_rewards  # noqa: F401
 from csa_jax.checkpoint import Checkpointer, CheckpointError
-from csa_jax.config import ConfigError, ExperimentConfig, demos_dir, micro_batches, to_dict
-from csa_jax.signals import Interrupted, StopOnSignal
+from csa_jax.config import ExperimentConfig, demos_dir, micro_batches, to_dict
+from csa_jax.evaluation import evaluate
+from csa_jax.guard import NonFiniteGuard
 from csa_jax.model import Decoder, hf
+from csa_jax.policy import SamplerPolicy, sampling_config
+from csa_jax.setup_checks import SetupError, check_processes
+from csa_jax.sft_rows import demo_corpus, demo_rows
+from csa_jax.signals import Interrupted, StopOnSignal
 from csa_jax.tokenizer import Tokenizer, train_bpe
 from environments import demos as demos_lib
 from environments.pool import EnvPool
-from environments.registry import make_env
-
-
-# ----------------------------------------------------------------------------------------
-# Pieces the loop is made of.
-
-
-def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig,
-              fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> list[data_lib.Row]:
-  """Behaviour-cloning rows: every expert step, with the prompt the policy would see."""
-  rows = []
-  for rec in records:
-    history: list[tuple[str, str]] = []
-    for t, action in enumerate(rec["actions"]):
-      prompt = rollout_lib.encode_prompt(
-          tok, rec["task"], history, rec["observations"][t], rec["admissible"][t],
-          history_turns=cfg.rollout.history_turns, max_tokens=cfg.rollout.max_prompt_tokens,
-          fmt=fmt)
-      action_ids = (tok.encode(fmt.answer_text(action))[: cfg.rollout.max_action_tokens - 1]
-                    + [tok.eos_id])
-      rows.append(data_lib.sft_row(prompt, action_ids))
-      history.append((action, rec["observations"][t + 1] if t + 1 < len(rec["observations"])
-                      else ""))
-  return rows
-
-
-def demo_corpus(records, fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> list[str]:
-  """The text a tokenizer is trained on: everything a prompt or an action can hold."""
-  texts = []
-  for rec in records:
-    texts.append(rec["task"])
-    texts.extend(rec["observations"])
-    texts.extend(" " + a for a in rec["actions"])
-    texts.extend(" | ".join(adm) for adm in rec["admissible"])
-  texts.append("Task: Now: Actions: Action: > |")
-  texts.append(fmt.cue + fmt.answer_text(""))
-  return texts
-
-
-def sampling_config(cfg: ExperimentConfig, tok: Tokenizer, *, greedy: bool,
-                    temperature: float | None = None) -> sampling.SamplingConfig:
-  r = cfg.rollout
-  return sampling.SamplingConfig(
-      max_new_tokens=r.max_action_tokens, temperature=temperature or r.temperature, top_p=r.top_p,
-      top_k=r.top_k, greedy=greedy, stop_token_ids=(tok.eos_id,))
-
-
-class SamplerPolicy:
-  """The jitted sampler as a host-side policy over lists of token ids.
-
-  Its randomness is its own jax key stream (`key`, split once per call), which the
-  checkpoint saves so that a resumed run samples what the uninterrupted one would have.
-  """
-
-  def __init__(self, graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *,
-               greedy: bool, key: jax.Array, mesh=None, temperature: float | None = None):
-    self._graphdef, self._get_params, self._tok, self._mesh = graphdef, get_params, tok, mesh
-    self._scfg = sampling_config(cfg, tok, greedy=greedy, temperature=temperature)
-    self._bucket = cfg.rollout.max_prompt_tokens
-    self._prefill_chunk = cfg.rollout.prefill_chunk
-    self.key = key
-
-  def __call__(self, prompts: list[list[int]], rng: np.random.Generator):
-    return self.collect(self.dispatch(prompts, rng))
-
-  def dispatch(self, prompts: list[list[int]], rng: np.random.Generator
-               ) -> sampling.SampleOutput:
-    """Starts sampling and returns at once (JAX dispatch is asynchronous): the arrays
-    are ready when `collect` reads them (rollout.overlap steps environments meanwhile)."""
-    del rng  # the sampler's randomness comes from its own jax key stream
-    live, (rows, width) = self._live(prompts), self.sampler_shape(prompts)
-    # Rows beyond the live ones repeat the first (one shared prefill; a call of dummies
-    # alone samples one of them); their answers are dropped.
-    first = live[0] if live else 0
-    chosen = live + [first] * (rows - len(live))
-    tokens, mask = sampling.left_pad([prompts[i] for i in chosen], self._tok.pad_id,
-                                     bucket=width)
-    self.key, sub = jax.random.split(self.key)
-    model = nnx.merge(self._graphdef, self._get_params())
-    out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
-                          cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
-                          prefill_chunk=self._prefill_chunk)
-    return out, live, len(prompts)
-
-  def _live(self, prompts: list[list[int]]) -> list[int]:
-    """The rows worth sampling: not the rollout's dummies of finished or idle slots."""
-    dummy = rollout_lib.dummy_prompt(self._tok)
-    return [i for i, p in enumerate(prompts) if p != dummy]
-
-  def sampler_shape(self, prompts: list[list[int]]) -> tuple[int, int]:
-    """(rows, prompt width) the sampler runs for `prompts`. Rows: the live ones rounded up
-    to a quarter, a half or all of the call's rows (a multiple of the mesh's data axis), so
-    finished slots stop costing and a run compiles at most three row counts per width.
-    Width: the longest prompt rounded up to a power of two, at most the prompt budget, so
-    short prompts do not pay for the whole budget. The rollout counts padding with these."""
-    n, live = len(prompts), max(len(self._live(prompts)), 1)
-    data = 1 if self._mesh is None else self._mesh.shape["data"]
-    rows = next(r for r in (-(-n // d // data) * data for d in (4, 2, 1)) if r >= live)
-    return rows, sampling.bucket_length(max(map(len, prompts)), self._bucket)
-
-  @staticmethod
-  def collect(pending) -> tuple[list[list[int]], list[list[float]]]:
-    """The answers of `dispatch`'s call, one per prompt it was given (empty for the rows it
-    did not sample)."""
-    out, live, n = pending
-    ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
-                        np.asarray(out.lengths_B))
-    got_ids, got_logps = [[] for _ in range(n)], [[] for _ in range(n)]
-    for row, i in enumerate(live):
-      got_ids[i], got_logps[i] = ids[row, :lens[row]].tolist(), logps[row, :lens[row]].tolist()
-    return got_ids, got_logps
-
-  # The key as JSON (the checkpoint's meta) and back.
-  def key_state(self) -> list[int]:
-    return np.asarray(jax.random.key_data(self.key)).tolist()
-
-  def set_key_state(self, data: list[int]) -> None:
-    self.key = jax.random.wrap_key_data(np.asarray(data, np.uint32))
-
-
-def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
-             fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> tuple[dict, list]:
-  """eval.num_episodes held-out tasks from eval.first_task on, one episode each (split
-  across processes; the metrics are over all of them, the episodes this process's)."""
-  n, first = cfg.eval.num_episodes, cfg.eval.first_task
-  tasks = dist.share([(cfg.env.eval_split, first + i) for i in range(n)])
-  with tqdm(total=len(tasks), desc=f"eval {label}", unit="ep", leave=False) as bar:
-    trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, cfg.rollout,
-                                     np.random.default_rng(0), on_wave=bar.update, fmt=fmt)
-  return dist.episode_metrics(trajs, prefix), trajs
-
-
-class SetupError(ConfigError):
-  """A run that cannot work as configured, found at start-up (one line says why)."""
-
-
-def check_environment(cfg: ExperimentConfig) -> None:
-  """Builds one environment here and resets the first training and held-out tasks, so
-  that a bad environment argument, split or task range is one line before anything is
-  written, not a traceback from a worker minutes later."""
-  e = cfg.env
-  what = f"environment {e.name} {dict(e.kwargs)}"
-  try:
-    env = make_env(e.name, **dict(e.kwargs))
-  except Exception as err:  # pylint: disable=broad-except  (any engine's own error)
-    raise SetupError(f"{what}: {_one_line(err)}") from None
-  try:
-    for split, first, count, field in (
-        (e.train_split, 0, e.num_train_tasks, "env.num_train_tasks"),
-        (e.eval_split, cfg.eval.first_task, cfg.eval.num_episodes,
-         "eval.first_task + eval.num_episodes")):
-      try:
-        n = env.num_tasks(split)
-        env.reset(split, first)
-      except Exception as err:  # pylint: disable=broad-except
-        raise SetupError(f"{what}, split {split!r}: {_one_line(err)}") from None
-      if first + count > n:
-        raise SetupError(f"{field} = {first + count} but {what} has {n} tasks in split "
-                         f"{split!r}")
-  finally:
-    env.close()
-
-
-def check_processes(cfg: ExperimentConfig) -> None:
-  """Refuses, with several processes, what is not written for them yet: methods with an
-  auxiliary model or episodes of their own (their extra batches and exploration are not
-  split across processes), dynamic sampling (a process could end a round with no group
-  while others train), and fewer task groups than processes."""
-  p = dist.process_count()
-  if p == 1:
-    return
-  if cfg.algo.method != "estimator":
-    raise SetupError(f"algo.method {cfg.algo.method} runs on one process only; with {p} "
-                     "processes use an estimator method (algo.method=estimator)")
-  if cfg.algo.dynamic_sampling:
-    raise SetupError(f"algo.dynamic_sampling runs on one process only ({p} here)")
-  if cfg.rollout.tasks_per_iter < p:
-    raise SetupError(f"rollout.tasks_per_iter={cfg.rollout.tasks_per_iter} task groups "
-                     f"cannot be shared by {p} processes: at least one each")
-
-
-def _one_line(err: BaseException) -> str:
-  # A KeyError's str() is the repr of its message: take the message itself.
-  text = (str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
-          ).strip().splitlines()
-  return f"{type(err).__name__}: {text[0] if text else ''}"
-
-
-class NonFiniteError(RuntimeError):
-  """Too many updates in a row had a non-finite loss or gradient: the run diverged."""
-
-
-class NonFiniteGuard:
-  """Counts the updates the jitted step skipped (`train_step.apply_update`) and stops
-  the run after `limit` in a row (0: never), naming where and what was not finite."""
-
-  def __init__(self, limit: int):
-    self.limit, self.in_a_row, self.total = limit, 0, 0
-
-  def observe(self, metrics: dict, where: str) -> bool:
-    """True when this update was skipped."""
-    what = [name for name in ("loss", "grad") if float(metrics[f"nonfinite_{name}"]) > 0]
-    if not what:
-      self.in_a_row = 0
-      return False
-    self.in_a_row += 1
-    self.total += 1
-    if self.limit and self.in_a_row >= self.limit:
-      raise NonFiniteError(
-          f"{where}: {self.in_a_row} updates in a row skipped because the "
-          f"{' and the '.join('gradient' if w == 'grad' else w for w in what)} "
-          f"{'were' if len(what) > 1 else 'was'} not finite "
-          f"(optim.max_nonfinite_in_a_row={self.limit}); lower optim.learning_rate or "
-          "resume from an earlier checkpoint")
-    return True
-
-  def state(self) -> dict:
-    return {"in_a_row": self.in_a_row, "total": self.total}
-
-  def load(self, state: dict) -> None:
-    self.in_a_row, self.total = int(state["in_a_row"]), int(state["total"])
-
-
-# ----------------------------------------------------------------------------------------
-# The run.
 
 
 @dataclasses.dataclass
@@ -281,7 +57,8 @@ class Trainer:
     c = self.cfg
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = mesh_lib.make_mesh(c.mesh)
-    check_processes(c)
+    self.algo = algorithms.get(c.algo.method)
+    check_processes(c, self.algo)
     try:
       self.sampler_mesh = dist.SamplerMesh(self.mesh)
     except ValueError as e:  # a 'model' axis across hosts
@@ -296,7 +73,6 @@ class Trainer:
     self.writer = (metrics_lib.MetricsWriter(self.workdir) if dist.is_writer()
                    else metrics_lib.NullWriter(self.workdir))
     self.np_rng = np.random.default_rng(c.seed)
-    self.algo = algorithms.get(c.algo.method)
     self.aux: Any = {}  # the method's auxiliary state (models, optimizer states)
     self.env_steps = 0
     # The packed sequence counts (per micro-batch) each phase ("sft", "rl") has compiled
@@ -452,50 +228,19 @@ class Trainer:
     """SFT's batches: the same whole batch in every process."""
     return dist.to_device(batch, self.mesh, whole=True)
 
-  def _sample_tasks(self) -> list[tuple[str, int]]:
-    c = self.cfg
-    idx = self.np_rng.choice(c.env.num_train_tasks, size=c.rollout.tasks_per_iter, replace=False)
-    tasks = [(c.env.train_split, int(i)) for i in idx for _ in range(c.rollout.group_size)]
-    return dist.share(tasks, c.rollout.group_size)  # every process draws all, plays its own
-
-  def _collect(self, pool, policy) -> tuple[list, rollout_lib.GroupArrays | None, int]:
-    """One batch of B groups; with dynamic sampling, groups whose rewards are all equal
-    are dropped and more are sampled (at most `algo.dynamic_sampling_rounds` rounds) to
-    fill the batch; the episodes of dropped groups still count as environment steps."""
-    c, r = self.cfg, self.cfg.rollout
-    kept: list[list] = []
-    played = 0
-    target = dist.share_count(r.tasks_per_iter)  # this process's groups
-    for _ in range(c.algo.dynamic_sampling_rounds if c.algo.dynamic_sampling else 1):
-      trajs = rollout_lib.run_episodes(pool, policy, self.tok, self._sample_tasks(), r,
-                                       self.np_rng, fmt=self.fmt, perf=self.perf)
-      played += sum(t.length for t in trajs)
-      groups = [trajs[i:i + r.group_size] for i in range(0, len(trajs), r.group_size)]
-      if c.algo.dynamic_sampling:
-        won_BxG = np.array([[t.won for t in g] for g in groups], np.float32)
-        keep_B = np.asarray(adv_lib.dynamic_sampling_keep(jnp.asarray(won_BxG)))
-        groups = [g for g, k in zip(groups, keep_B) if k]
-      kept.extend(groups)
-      if len(kept) >= target:
-        break
-    if not kept:  # every group uniform: nothing to learn from this round
-      return [], None, played
-    kept = kept[:target]
-    flat = [t for g in kept for t in g]
-    arrays = rollout_lib.group_arrays(flat, len(kept), r.group_size, r.max_turns, r.logp_reduce)
-    return flat, arrays, played
-
   def _rl_iteration(self, it, pool, policy, rl_step, state, ref_params):
     t0 = time.perf_counter()
-    trajs, arrays, played = self._collect(pool, policy)
+    batch, played = groups.collect(pool, policy, self.tok, self.cfg, self.np_rng, fmt=self.fmt,
+                                   perf=self.perf)
     self.env_steps += dist.count_env_steps(played)
     m = {"perf/env_steps_total": self.env_steps, "perf/rollout_s": time.perf_counter() - t0}
     m |= dist.env_steps_by_process(played)
-    if not trajs:
+    if batch is None:  # every group uniform: nothing to learn from this round
       return state, m | {"perf/update_skipped": 1.0}
-    m |= dist.episode_metrics(trajs, "rollout")
+    m |= dist.episode_metrics(batch.trajs, "rollout")
+    arrays = batch.arrays
     with self.perf.phase("adv"):
-      prep = self.algo.prepare(self.ctx, it, trajs, arrays, state.params, self.aux)
+      prep = self.algo.prepare(self.ctx, it, batch, state.params, self.aux)
     self.aux = prep.aux
     self.env_steps += dist.count_env_steps(prep.env_steps)
     if dist.multi():  # the update is a collective: it runs unless every process skips
@@ -766,22 +511,3 @@ class Trainer:
     print(f"resumed from {self.ckpt.directory} at {meta['phase']} "
           f"iteration {meta['iteration']}")
     return state, meta
-
-
-def summary_table(summary: dict[str, Any], split: str) -> str:
-  """A Markdown table of the held-out evaluations (greedy and sampled where run)."""
-  cols = [("eval", "greedy"), ("eval_sampled", "sampled")]
-  present = [(p, n) for p, n in cols if any(f"{p}/success" in m for m in summary.values())]
-  head = ["policy"] + [f"{split} success ({n})" for _, n in present] + \
-         [f"mean length ({n})" for _, n in present] + ["episodes"]
-  rows = [head]
-  for name, key in (("SFT", "sft"), ("SFT + RL", "rl")):
-    if key in summary:
-      m = summary[key]
-      rows.append([name] + [f"{m[f'{p}/success']:.3f}" for p, _ in present] +
-                  [f"{m[f'{p}/episode_len']:.2f}" for p, _ in present] +
-                  [f"{int(m[f'{present[0][0]}/episodes'])}"])
-  widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-  lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
-  lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-  return "\n".join(lines)

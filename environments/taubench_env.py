@@ -261,12 +261,19 @@ def _user_prompt(task: Task) -> str:
           f"What you do not know: {task.unknown}\nInstructions: {task.instructions}")
 
 
+# The chat function a model user is played with, as "module:function" (called with the
+# checkpoint's directory, it returns `(messages, max_new_tokens) -> reply text`): named, not
+# imported, so that this package never imports the policy code that provides it.
+DEFAULT_USER_CHAT = "csa_jax.chat:load"
+
+
 class ModelUser:
   """The user played by a local Hugging Face checkpoint through the project's sampler."""
 
-  def __init__(self, task: Task, model_path: str, max_turns: int = 10, max_new_tokens: int = 96):
+  def __init__(self, task: Task, model_path: str, max_turns: int = 10, max_new_tokens: int = 96,
+               loader: str = DEFAULT_USER_CHAT):
     self.task, self.max_turns, self.turns = task, max_turns, 0
-    self._llm = _load_user_model(model_path)
+    self._llm = _load_user_model(loader, model_path)
     self._max_new = max_new_tokens
     self._messages = [{"role": "system", "content": _user_prompt(task)}]
 
@@ -288,10 +295,12 @@ class ModelUser:
 
 
 @functools.lru_cache(maxsize=2)
-def _load_user_model(model_path: str):
+def _load_user_model(loader: str, model_path: str):
   """A chat function over a local checkpoint: messages -> greedy reply text."""
-  from environments import _chat_sampler  # pylint: disable=g-import-not-at-top
-  return _chat_sampler.load(model_path)
+  module, _, name = loader.partition(":")
+  if not name:
+    raise ValueError(f"user_chat={loader!r}: expected 'module:function'")
+  return getattr(importlib.import_module(module), name)(model_path)
 
 
 # ---- the environment ---------------------------------------------------------------------
@@ -304,7 +313,7 @@ class TauBenchTextEnv(TaskListEnv):
 
   def __init__(self, domain: str = "retail", step_limit: int = 30, user: str = "scripted",
                user_model_path: str = "", system_prompt: str = "full", max_user_turns: int = 10,
-               heldout_domain: str = ""):
+               heldout_domain: str = "", user_chat: str = DEFAULT_USER_CHAT):
     if domain not in DOMAINS:
       raise ValueError(f"domain={domain!r}; valid: {', '.join(DOMAINS)}")
     if heldout_domain and (heldout_domain not in DOMAINS or heldout_domain == domain):
@@ -327,6 +336,7 @@ class TauBenchTextEnv(TaskListEnv):
     self._home, self._limit, self._user_kind = domain, step_limit, user
     self.domain = domain  # the current episode's domain
     self._user_model_path, self._max_user_turns = user_model_path, max_user_turns
+    self._user_chat = user_chat
     self._systems = {d: self._system_prompt(d, system_prompt) for d in DOMAINS
                      if d in (domain, heldout_domain)}
     self._task: Task | None = None
@@ -363,7 +373,8 @@ class TauBenchTextEnv(TaskListEnv):
     self.domain = task.domain
     self._db = _Database(self.domain)
     if self._user_kind == "model":
-      self._user = ModelUser(task, self._user_model_path, self._max_user_turns)
+      self._user = ModelUser(task, self._user_model_path, self._max_user_turns,
+                             loader=self._user_chat)
     else:
       self._user = ScriptedUser(task, self._max_user_turns)
     self._agent_messages: list[str] = []

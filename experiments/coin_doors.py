@@ -3,7 +3,7 @@ house with closed doors, a tiny policy from scratch, G = 8, about 8,000 environm
 interactions of RL per run.
 
     python launch.py --exp coin_doors_grpo          # and _csa, _dapo, _gigpo, _rloo, ...
-    python -m experiments.sweep --family coin_doors --seeds 5 --commit
+    python -m studies.sweep --family coin_doors --seeds 5 --commit
 
 Why this task (issue 8): the quickstart's 4-room open house has too little headroom (SFT
 already wins 85-95% of sampled episodes, so most groups of 8 are uniform and carry no

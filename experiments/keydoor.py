@@ -1,7 +1,7 @@
 """The delayed-credit testbed: KeyDoor (environments/keydoor.py) at horizons 4, 16 and 48.
 
     python launch.py --exp keydoor_h16_csa_state     # and _grpo, _csa, _gigpo, _dapo, ...
-    python -m experiments.sweep --family keydoor_h4,keydoor_h16,keydoor_h48 --name horizon
+    python -m studies.sweep --family keydoor_h4,keydoor_h16,keydoor_h48 --name horizon
 
 A decisive choice at the first step (which key to take; the task line names it), then H
 routine steps whose actions do not change the outcome, the reward only at the end; oracle

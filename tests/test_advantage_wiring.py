@@ -8,7 +8,7 @@ import pytest
 
 from csa_jax import rollout as R
 from csa_jax.config import AlgoConfig, RolloutConfig
-from csa_jax.trainer import compute_advantages, shaped_rewards
+from csa_jax.algorithms.estimator import compute_advantages, shaped_rewards
 
 
 def _arrays():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from csa_jax import advantages as adv_lib
+from csa_jax import dapo
 
 ATOL = 1e-4
 RTOL = 1e-4
@@ -410,20 +411,6 @@ def test_shape_errors():
     adv_lib.episode_advantages(np.zeros((1, 3)), ddof=-1)
 
 
-def test_token_advantages_broadcast(jit_mode):
-  adv = np.arange(24, dtype=float).reshape(2, 3, 4)
-  rows = np.array([[0, 0, 0], [1, 2, 3], [0, 1, 2]])
-  action_mask = np.array([[0, 1, 1, 0], [0, 0, 1, 1], [1, 1, 1, 1]], bool)
-  fn = jax.jit(adv_lib.token_advantages) if jit_mode == "jit" else adv_lib.token_advantages
-  got = np.asarray(fn(adv, rows, action_mask))
-  want = np.zeros((3, 4))
-  for n, (b, i, t) in enumerate(rows):
-    for l in range(4):
-      if action_mask[n, l]:
-        want[n, l] = adv[b, i, t]
-  np.testing.assert_array_equal(got, want)
-
-
 # ----------------------------------------------------------------------------------
 # GiGPO.
 # ----------------------------------------------------------------------------------
@@ -553,7 +540,7 @@ def test_dynamic_sampling_keep(jit_mode):
                       [1, 0, 0, 0]], float)
   valid = np.ones((5, 4), bool)
   valid[4, 1:] = False  # a single real rollout
-  got = np.asarray(adv_lib.dynamic_sampling_keep(rewards, valid_BxG=valid))
+  got = np.asarray(dapo.dynamic_sampling_keep(rewards, valid_BxG=valid))
   np.testing.assert_array_equal(got, [False, False, True, True, False])
   # Kept exactly where GRPO gives some non-zero advantage.
   ep = np.asarray(adv_lib.episode_advantages(rewards, valid_BxG=valid))
@@ -570,7 +557,7 @@ def ref_overlong(length, max_len, cache_len, factor):
 
 def test_overlong_penalty_matches_reference():
   lengths = np.arange(0, 30)
-  got = np.asarray(adv_lib.overlong_penalty(lengths, max_len=20, cache_len=8, factor=0.5))
+  got = np.asarray(dapo.overlong_penalty(lengths, max_len=20, cache_len=8, factor=0.5))
   want = [ref_overlong(l, 20, 8, 0.5) for l in lengths]
   np.testing.assert_allclose(got, want, atol=1e-6)
   assert got[12] == 0.0 and got[20] == -0.5 and got[21] == -0.5
@@ -581,7 +568,7 @@ def test_shape_overlong_rewards_per_step_and_episode():
   mask = random_mask(rng, 3, 4, 5, holes=False)
   action_len = rng.integers(0, 40, size=(3, 4, 5))
   rewards = rng.normal(size=(3, 4))
-  got = adv_lib.shape_overlong_rewards(rewards, action_len, mask, max_len=32,
+  got = dapo.shape_overlong_rewards(rewards, action_len, mask, max_len=32,
                                        cache_len=16, per="step")
   want = rewards.copy()
   for b in range(3):
@@ -590,16 +577,16 @@ def test_shape_overlong_rewards_per_step_and_episode():
               if mask[b, i, t]]
       want[b, i] += sum(pens) / len(pens) if pens else 0.0
   np.testing.assert_allclose(got, want, atol=1e-5)
-  got = adv_lib.shape_overlong_rewards(rewards, action_len, mask, max_len=100,
+  got = dapo.shape_overlong_rewards(rewards, action_len, mask, max_len=100,
                                        cache_len=50, per="episode")
   totals = np.where(mask, action_len, 0).sum(-1)
   want = rewards + np.vectorize(lambda l: ref_overlong(l, 100, 50, 1.0))(totals)
   np.testing.assert_allclose(got, want, atol=1e-5)
   with pytest.raises(ValueError, match="per must be"):
-    adv_lib.shape_overlong_rewards(rewards, action_len, mask, max_len=4, cache_len=2,
+    dapo.shape_overlong_rewards(rewards, action_len, mask, max_len=4, cache_len=2,
                                    per="token")
   with pytest.raises(ValueError, match="cache_len <= max_len"):
-    adv_lib.overlong_penalty(3, max_len=4, cache_len=8)
+    dapo.overlong_penalty(3, max_len=4, cache_len=8)
 
 
 # ----------------------------------------------------------------------------------

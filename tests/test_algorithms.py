@@ -19,7 +19,8 @@ from csa_jax.algorithms import base, istar, mtdpo, spa
 from csa_jax.config import (AlgoConfig, ConfigError, ExperimentConfig, RolloutConfig,
                             apply_overrides)
 from csa_jax.model import Decoder, ModelConfig
-from csa_jax.rollout import Step, Trajectory, group_arrays
+from csa_jax import groups
+from csa_jax.rollout import Step, Trajectory
 from csa_jax.sampling import SamplingConfig, sampling_logprobs
 
 
@@ -275,7 +276,8 @@ def test_istar_prepare_matches_row_by_row_and_takes_one_prm_step():
   rng = np.random.default_rng(6)
   won = np.array([[1, 0, 0], [1, 1, 1], [0, 1, 1]])
   trajs = _trajs(cfg, rng, won)
-  arrays = group_arrays(trajs, 3, 3, 3)
+  gb = groups.from_episodes(trajs, 3, 3)
+  arrays = gb.arrays
   ctx, params = _ctx(cfg)
   algo = istar.IStar()
   aux = algo.init_aux(cfg, params)
@@ -298,7 +300,7 @@ def test_istar_prepare_matches_row_by_row_and_takes_one_prm_step():
   tx = base.aux_optimizer(cfg.algo.istar.learning_rate, cfg.algo.istar.grad_clip)
   want_prm, _ = ts.apply_update(tx, prm0, want_loss, want_grads, {})
 
-  prep = algo.prepare(ctx, 0, trajs, arrays, params, aux)
+  prep = algo.prepare(ctx, 0, gb, params, aux)
   assert prep.metrics["istar/pairs"] == 2 + 2  # group 0: 1 x 2, group 2: 2 x 1
   np.testing.assert_allclose(prep.metrics["istar/prm_loss"], float(want_loss), rtol=1e-5)
   for got, want in zip(jax.tree.leaves(prep.aux["prm"].params), jax.tree.leaves(want_prm.params)):
@@ -336,7 +338,7 @@ def test_istar_without_pairs_takes_no_prm_step():
   ctx, params = _ctx(cfg)
   algo = istar.IStar()
   aux = algo.init_aux(cfg, params)
-  prep = algo.prepare(ctx, 0, trajs, group_arrays(trajs, 3, 3, 3), params, aux)
+  prep = algo.prepare(ctx, 0, groups.from_episodes(trajs, 3, 3), params, aux)
   assert prep.metrics["istar/pairs"] == 0 and "istar/prm_loss" not in prep.metrics
   assert _leaves_equal(prep.aux["prm"], aux["prm"])
 
@@ -398,11 +400,12 @@ def test_spa_prepare_runs_setup_once(tmp_path):
   algo = spa.SPA()
   aux = algo.init_aux(cfg, params)
   trajs = _trajs(cfg, rng, np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0]]))
-  arrays = group_arrays(trajs, 3, 3, 3)
-  prep = algo.prepare(ctx, 0, trajs, arrays, params, aux)
+  gb = groups.from_episodes(trajs, 3, 3)
+  arrays = gb.arrays
+  prep = algo.prepare(ctx, 0, gb, params, aux)
   assert int(prep.aux["ready"]) == 1 and prep.metrics["spa/explore_episodes"] == 4
   assert prep.env_steps > 0
-  again = algo.prepare(ctx, 1, trajs, arrays, params, prep.aux)
+  again = algo.prepare(ctx, 1, gb, params, prep.aux)
   assert "spa/explore_episodes" not in again.metrics and again.env_steps == 0
   assert np.abs(np.asarray(prep.aux["estimator"].params["head"]["w"])).max() > 0  # trained
 
@@ -412,10 +415,11 @@ def test_mdpo_step_raises_the_winners_margin():
   rng = np.random.default_rng(10)
   won = np.array([[1, 0, 0], [1, 1, 1], [0, 1, 0]])
   trajs = _trajs(cfg, rng, won)
-  arrays = group_arrays(trajs, 3, 3, 3)
+  gb = groups.from_episodes(trajs, 3, 3)
+  arrays = gb.arrays
   ctx, params = _ctx(cfg)
   algo = mtdpo.MultiTurnDPO()
-  prep = algo.prepare(ctx, 0, trajs, arrays, params, {})
+  prep = algo.prepare(ctx, 0, gb, params, {})
   assert prep.metrics["mtdpo/pairs"] == 2 and not prep.skip
   # The reference scores are the SFT (here: initial) policy's, row by row.
   batch = prep.rows[0]
@@ -436,7 +440,7 @@ def test_mdpo_without_pairs_skips():
   cfg = _cfg("mtdpo")
   trajs = _trajs(cfg, np.random.default_rng(11), np.zeros((3, 3)))
   ctx, params = _ctx(cfg)
-  prep = mtdpo.MultiTurnDPO().prepare(ctx, 0, trajs, group_arrays(trajs, 3, 3, 3), params, {})
+  prep = mtdpo.MultiTurnDPO().prepare(ctx, 0, groups.from_episodes(trajs, 3, 3), params, {})
   assert prep.skip and prep.metrics["mtdpo/pairs"] == 0
 
 

@@ -1,5 +1,5 @@
 """Credit-accuracy metrics (csa_jax/credit.py) against SciPy and plain loops, and the study
-command (experiments/credit.py) end to end on a tiny run."""
+command (studies/credit.py) end to end on a tiny run."""
 
 import json
 import os
@@ -10,8 +10,8 @@ import scipy.stats
 from flax import nnx
 
 from csa_jax import credit
-from experiments import credit as study
-from experiments import credit_report
+from studies import credit as study
+from studies import credit_report
 
 
 def _tied(rng, n, levels):
@@ -176,13 +176,13 @@ def test_credit_command_end_to_end(tmp_path):
 
 
 def _check_entropy_by_position(run):
-  """experiments.entropy_by_position on the same tiny run: its per-position entropies equal a
+  """studies.entropy_by_position on the same tiny run: its per-position entropies equal a
   NumPy computation from the model's logits, and it prints both policies' positions."""
   import contextlib
   import io
 
-  from experiments import entropy_by_position as ebp
-  from experiments.credit import load_run
+  from studies import entropy_by_position as ebp
+  from studies.credit import load_run
 
   _, tok, graphdef, params, _, _ = load_run(run, "rl")
   prompt, action = tok.encode("You see a coin. > take"), tok.encode(" coin") + [tok.eos_id]

@@ -60,11 +60,12 @@ def test_rl_rows_weighting(weight):
   length L carry adv * mean_len / L, so an episode's rows weigh the same in total
   whatever its length (a 15-step failure no longer outweighs a 3-step success 5:1)."""
   import numpy as np
+  from csa_jax import groups  # pylint: disable=import-outside-toplevel
   trajs = [_traj(3, 0), _traj(15, 1)]  # one group of G=2
   adv = np.zeros((1, 2, 15), np.float32)
   adv[0, 0, :3] = 1.0
   adv[0, 1, :15] = -1.0
-  rows = D.rl_rows(trajs, adv, group_size=2, row_weight=weight)
+  rows = groups.rl_rows(groups.make_batch([trajs], 15), adv, row_weight=weight)
   assert len(rows) == 18
   per_ep = [sum(r["advantage"] for r in rows if r["prompt_ids"][0] == k) for k in (0, 1)]
   if weight == "step":

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from experiments import report as R
+from studies import report as R
 
 SEEDS = (0, 1, 2)
 METHODS = ("csa_dapo", "grpo", "csa")  # out of order on purpose; one name with "_"
@@ -80,7 +80,7 @@ def study(tmp_path_factory):
   bad = _rl_lines(rng)
   bad[-1]["eval_sampled/success"] = 1.0
   _write_run(runs_dir, "csa_seed3", _cfg("csa_seed3", 3, "csa"), bad, done=False)
-  (reports / "study" / "commands.txt").write_text("python -m experiments.sweep --name study\n")
+  (reports / "study" / "commands.txt").write_text("python -m studies.sweep --name study\n")
   (reports / "study" / "notes.md").write_text("CSA does not separate from GRPO here.\n")
   R.main(["--name", "study", "--reports-dir", str(reports)])
   with open(reports / "study" / "summary.csv") as f:
@@ -204,7 +204,7 @@ def test_plots_and_markdown(study):
     assert path.stat().st_size > 1000
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   md = (reports / "study.md").read_text()
-  assert "python -m experiments.sweep --name study" in md
+  assert "python -m studies.sweep --name study" in md
   assert "## Verdict and notes\n\nCSA does not separate from GRPO here.\n" in md
   assert "Unfinished runs ignored: 1 (csa_seed3)." in md
   assert "![held-out success vs env interactions](study/learning_curves.png)" in md

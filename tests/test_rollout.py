@@ -6,6 +6,7 @@ import zlib
 import numpy as np
 import pytest
 
+from csa_jax import groups
 from csa_jax import rollout as R
 from csa_jax.config import RolloutConfig
 from csa_jax.tokenizer import Tokenizer, train_bpe
@@ -76,7 +77,7 @@ def test_group_arrays_match_loop(reduce):
   B, G, T = 2, 3, 5
   trajs = [_traj(("train", b), n, won, 10 * b + g)
            for b in range(B) for g, (n, won) in enumerate([(2, True), (5, False), (7, True)])]
-  arr = R.group_arrays(trajs, B, G, T, reduce)
+  arr = groups.group_arrays(groups.split(trajs, G), T, reduce)
   for k, tr in enumerate(trajs):
     b, g = k // G, k % G
     assert arr.rewards_BxG[b, g] == float(tr.won)
@@ -96,9 +97,15 @@ def test_group_arrays_match_loop(reduce):
         assert arr.logp_BxGxT[b, g, t] == 0 and arr.step_rewards_BxGxT[b, g, t] == 0
 
 
-def test_group_arrays_rejects_wrong_count():
-  with pytest.raises(ValueError, match="expected 6 trajectories"):
-    R.group_arrays([_traj(("train", 0), 2, True, 0)], 2, 3, 4)
+def test_groups_reject_ragged_or_partial_groups():
+  trajs = [_traj(("train", 0), 2, True, k) for k in range(5)]
+  with pytest.raises(ValueError, match="not whole groups of 3"):
+    groups.split(trajs, 3)
+  with pytest.raises(ValueError, match="different sizes"):
+    groups.group_arrays([trajs[:3], trajs[3:]], 4)
+  batch = groups.from_episodes(trajs[:4], 2, 4)
+  assert [(b, g) for b, g, _ in batch.places()] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+  assert batch.trajs == trajs[:4] and batch.arrays.mask_BxGxT.shape == (2, 2, 4)
 
 
 def test_anchor_id_is_stable_and_ignores_outer_space():
@@ -219,7 +226,7 @@ def test_multi_turn_loop_plays_an_expert_on_a_real_pool():
   every step's prompt is the one the SFT rows build for that task and step (prompts tight
   enough that some action lists are cut, so the dropped counts are checked too).
   """
-  from csa_jax.trainer import demo_corpus, demo_rows  # pylint: disable=import-outside-toplevel
+  from csa_jax.sft_rows import demo_corpus, demo_rows  # pylint: disable=import-outside-toplevel
   from csa_jax.config import ExperimentConfig  # pylint: disable=import-outside-toplevel
   from environments.demos import SEP, collect_demos  # pylint: disable=import-outside-toplevel
 
@@ -309,7 +316,7 @@ def test_think_format_prompt_asks_for_the_wrapper_and_sft_targets_carry_it():
 def test_think_format_episode_sends_parsed_actions_and_marks_malformed_answers_invalid():
   """On a real pool: the reasoning never reaches the environment; an answer without one
   wrapper is sent as the empty action and counted invalid even if the engine shrugs."""
-  from csa_jax.trainer import demo_corpus  # pylint: disable=import-outside-toplevel
+  from csa_jax.sft_rows import demo_corpus  # pylint: disable=import-outside-toplevel
   from environments.demos import SEP, collect_demos  # pylint: disable=import-outside-toplevel
 
   env_kwargs = {"game": "twc"}
@@ -419,7 +426,7 @@ def test_overlap_plays_the_serial_episodes(num_envs):
 class _BucketingPolicy(_PromptPolicy):
   """_PromptPolicy that says it samples the live rows alone, each padded to the next
   multiple of 16, as a sampler that skips dummies and buckets prompt widths
-  (trainer.SamplerPolicy.sampler_shape) would."""
+  (policy.SamplerPolicy.sampler_shape) would."""
 
   def sampler_shape(self, prompts):
     live = [p for p in prompts if p != R.dummy_prompt(TOK)]
@@ -443,7 +450,7 @@ def test_sampler_padding_counts_the_rows_and_width_the_policy_samples():
 
 
 def test_sampler_policy_samples_only_live_rows_and_answers_as_the_full_batch():
-  """trainer.SamplerPolicy skips the dummies of finished slots: it samples the live rows in
+  """policy.SamplerPolicy skips the dummies of finished slots: it samples the live rows in
   a quarter, a half or all of the call's rows, answers dummies with nothing, and (greedy,
   where no key enters) gives each live row what sampling every row gives it."""
   import jax
@@ -453,7 +460,7 @@ def test_sampler_policy_samples_only_live_rows_and_answers_as_the_full_batch():
   from csa_jax import sampling
   from csa_jax.config import ExperimentConfig
   from csa_jax.model import Decoder, ModelConfig
-  from csa_jax.trainer import SamplerPolicy, sampling_config
+  from csa_jax.policy import SamplerPolicy, sampling_config
 
   cfg = ExperimentConfig(
       model=ModelConfig.tiny(vocab_size=TOK.vocab_size, max_seq_len=64),

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from experiments import report, sweep
+from studies import report, sweep
 
 TINY = ["sft.num_demos=6", "sft.epochs=1", "sft.batch_size=16", "rollout.tasks_per_iter=2",
         "rollout.group_size=3", "rollout.num_envs=6", "rollout.max_turns=4",
@@ -47,7 +47,7 @@ def test_commands_file_keeps_every_sweep_of_a_study(tmp_path):
     sweep.Sweep(args)._write_commands()
   lines = (tmp_path / "reports" / "st" / "commands.txt").read_text().splitlines()
   assert len(lines) == 3 and "--methods grpo" in lines[0] and "--methods csa" in lines[1]
-  assert lines[2] == "python -m experiments.report --name st"
+  assert lines[2] == "python -m studies.report --name st"
 
 
 def test_sft_start_counts_only_once_saved(tmp_path):
@@ -74,7 +74,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
   for run in ("sft_seed0", "grpo_seed0"):
     assert sorted(os.listdir(out / run)) == ["DONE", "config.json", "metrics.jsonl"]
   assert (tmp_path / "reports" / "t" / "commands.txt").read_text().startswith(
-      "python -m experiments.sweep --family twx_coin")
+      "python -m studies.sweep --family twx_coin")
   # A second call finds everything done and launches nothing.
   logs = tmp_path / "runs" / "sweeps" / "t"
   before = {f: os.path.getmtime(logs / f) for f in os.listdir(logs) if f.endswith(".log")}

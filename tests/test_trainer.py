@@ -10,7 +10,8 @@ import pytest
 import experiments
 from csa_jax import metrics as M
 from csa_jax.config import apply_overrides
-from csa_jax.trainer import Trainer, summary_table
+from csa_jax.evaluation import summary_table
+from csa_jax.trainer import Trainer
 
 
 def tiny_cfg(iterations, demos_dir):

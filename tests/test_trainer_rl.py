@@ -11,6 +11,8 @@ import pytest
 import experiments
 from csa_jax import metrics as M
 from csa_jax import rollout as R
+from csa_jax import groups
+from csa_jax import guard as guard_lib
 from csa_jax import trainer as trainer_lib
 from csa_jax.algorithms import estimator as estimator_lib
 from csa_jax.checkpoint import Checkpointer
@@ -133,7 +135,7 @@ def test_all_zero_advantages_make_no_update(sft_run, tmp_path, monkeypatch):
   0: its parameters must equal iteration 1's. An update with zero gradients would still
   move them by Adam's momentum."""
   src, _ = sft_run
-  real = trainer_lib.compute_advantages
+  real = estimator_lib.compute_advantages
   calls = []
 
   def first_real_then_zero(arrays, algo, rollout):
@@ -178,9 +180,8 @@ def test_dynamic_sampling_inside_the_trainer(tmp_path, monkeypatch, rounds):
     return [_traj(bool(w), length=2 + k) for g in script[k] for w in g]
 
   monkeypatch.setattr(trainer_lib.rollout_lib, "run_episodes", fake_run_episodes)
-  t = Trainer(cfg, str(tmp_path / "w"))
-  t.tok, t.fmt = None, None
-  trajs, arrays, played = t._collect(None, None)
+  batch, played = groups.collect(None, None, None, cfg, np.random.default_rng(0), fmt=None)
+  trajs, arrays = batch.trajs, batch.arrays
   if rounds == 1:
     assert len(played_rounds) == 1 and played == 6 * 2
     assert arrays.rewards_BxG.tolist() == [[0, 1, 0]]  # the uniform group was dropped
@@ -214,18 +215,18 @@ def test_init_from_a_run_still_in_sft_is_a_config_error(tmp_path):
 
 
 def test_non_finite_guard_counts_resets_and_stops():
-  guard = trainer_lib.NonFiniteGuard(limit=3)
+  guard = guard_lib.NonFiniteGuard(limit=3)
   ok, bad_loss = {"nonfinite_loss": 0.0, "nonfinite_grad": 0.0}, {"nonfinite_loss": 1.0,
                                                                   "nonfinite_grad": 1.0}
   bad_grad = {"nonfinite_loss": 0.0, "nonfinite_grad": 1.0}
   assert [guard.observe(m, "x") for m in (bad_grad, bad_loss, ok, bad_grad, bad_grad)] == \
       [True, True, False, True, True]
   assert guard.state() == {"in_a_row": 2, "total": 4}
-  with pytest.raises(trainer_lib.NonFiniteError,
+  with pytest.raises(guard_lib.NonFiniteError,
                      match=r"^RL iteration 7: 3 updates in a row skipped because the gradient "
                            r"was not finite \(optim.max_nonfinite_in_a_row=3\)"):
     guard.observe(bad_grad, "RL iteration 7")
-  never = trainer_lib.NonFiniteGuard(limit=0)
+  never = guard_lib.NonFiniteGuard(limit=0)
   assert all(never.observe(bad_loss, "x") for _ in range(50))
 
 
@@ -246,7 +247,7 @@ def test_non_finite_advantages_skip_updates_then_stop_the_run(sft_run, tmp_path,
   assert rec["loss/nonfinite_skipped"] == rec["loss/nonfinite_total"] >= 1
   cfg = tiny_cfg("twx_coin_grpo", 3, tmp_path, f"sft.init_from={src}",
                  "optim.max_nonfinite_in_a_row=1", "algo.kl_coef=0")
-  with pytest.raises(trainer_lib.NonFiniteError,
+  with pytest.raises(guard_lib.NonFiniteError,
                      match=r"^RL iteration 1: 1 updates in a row skipped because the loss"):
     Trainer(cfg, str(tmp_path / "stop")).run()
   assert Checkpointer(str(tmp_path / "stop" / "checkpoints")).all_steps() == [0]

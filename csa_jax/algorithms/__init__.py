@@ -15,7 +15,12 @@ from csa_jax.algorithms.istar import IStar
 from csa_jax.algorithms.mtdpo import MultiTurnDPO
 from csa_jax.algorithms.spa import SPA
 
+# The one list of RL methods (`algo.method`); config validation reads it through `names`.
 _METHODS = {a.name: a for a in (EstimatorAlgorithm, IStar, SPA, MultiTurnDPO)}
+
+
+def names() -> list[str]:
+  return list(_METHODS)
 
 
 def get(name: str) -> Algorithm:
@@ -39,4 +44,5 @@ def unpack_state(tree, aux_template) -> tuple[Any, Any]:
   return (tree["train"], tree["aux"]) if aux_template else (tree, aux_template)
 
 
-__all__ = ["Algorithm", "Context", "Prepared", "get", "label", "pack_state", "unpack_state"]
+__all__ = ["Algorithm", "Context", "Prepared", "get", "label", "names", "pack_state",
+           "unpack_state"]

@@ -28,7 +28,8 @@ from csa_jax import data as data_lib
 from csa_jax import perf as perf_lib
 from csa_jax import train_step as ts
 from csa_jax.config import ExperimentConfig, OptimConfig, micro_batches
-from csa_jax.rollout import GroupArrays, Trajectory
+from csa_jax.groups import GroupBatch
+from csa_jax.rollout import Trajectory
 from csa_jax.sampling import SamplingConfig
 
 
@@ -71,14 +72,19 @@ class Algorithm:
   name = "base"
   # Whether `Context.ref_params` must hold the SFT policy even without a KL term.
   needs_sft_reference = False
+  # Whether the method runs with several processes: each plays its share of the task
+  # groups and the update is one collective. Methods with an auxiliary model or episodes
+  # of their own (exploration) do not split those across processes yet.
+  multiprocess = False
 
   def init_aux(self, cfg: ExperimentConfig, params) -> dict:
     """Aux state from the SFT parameters ({} for none); also the restore template."""
     del cfg, params
     return {}
 
-  def prepare(self, ctx: Context, it: int, trajs: list[Trajectory], arrays: GroupArrays,
-              params, aux) -> Prepared:
+  def prepare(self, ctx: Context, it: int, batch: GroupBatch, params, aux) -> Prepared:
+    """Training rows from this iteration's task groups (groups.GroupBatch: the episodes
+    by group and their padded arrays)."""
     raise NotImplementedError
 
   def make_step(self, ctx: Context):
@@ -129,13 +135,6 @@ def aux_optimizer(learning_rate: float, grad_clip: float) -> optax.GradientTrans
 PLACE_KEYS = ("unit", "slot", "step", "valid")
 
 
-def step_rows(tr: Trajectory, max_turns: int) -> list[data_lib.Row]:
-  """One row per step (prompt + action, sampling log-probs), as data.rl_rows makes them."""
-  return [{"prompt_ids": st.prompt_ids, "action_ids": st.action_ids,
-           "old_logps": st.action_logps, "advantage": 0.0, "t": t}
-          for t, st in enumerate(tr.steps[:max_turns]) if st.action_ids]
-
-
 def pack(units: Sequence[Sequence[tuple[int, data_lib.Row]]], *, rows_per_batch: int,
          units_per_batch: int, seq_len: int, action_len: int, pad_id: int
          ) -> list[tuple[list[int], dict[str, np.ndarray]]]:
@@ -175,15 +174,3 @@ def _batch_arrays(units, rows_per_batch, seq_len, action_len, pad_id) -> dict[st
   place_Rx4 = np.asarray(place, np.int32)
   batch |= {k: place_Rx4[:, i] for i, k in enumerate(PLACE_KEYS)}
   return batch
-
-
-def group_units(trajs: Sequence[Trajectory], group_size: int, max_turns: int):
-  """Units of whole task groups: (rollout g, row) for every step of the group."""
-  groups = [trajs[i:i + group_size] for i in range(0, len(trajs), group_size)]
-  return [[(g, row) for g, tr in enumerate(grp) for row in step_rows(tr, max_turns)]
-          for grp in groups]
-
-
-def episode_units(trajs: Sequence[Trajectory], max_turns: int):
-  """Units of single episodes: (0, row) for every step."""
-  return [[(0, row) for row in step_rows(tr, max_turns)] for tr in trajs]

@@ -8,13 +8,17 @@ penalty), go through the jitted estimator named by `algo.estimator`
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 
 from csa_jax import advantages as adv_lib
-from csa_jax import data as data_lib
+from csa_jax import dapo
+from csa_jax import groups
 from csa_jax import rollout as rollout_lib
 from csa_jax.algorithms.base import Algorithm, Prepared, skip_update
+from csa_jax.config import AlgoConfig
 
 
 def shaped_rewards(arrays: rollout_lib.GroupArrays, algo, rollout
@@ -32,7 +36,7 @@ def shaped_rewards(arrays: rollout_lib.GroupArrays, algo, rollout
     max_len = rollout.max_action_tokens * (rollout.max_turns if algo.overlong_per == "episode"
                                            else 1)
     cache_len = max(1, round(algo.overlong_cache_frac * max_len))
-    shaped = np.asarray(adv_lib.shape_overlong_rewards(
+    shaped = np.asarray(dapo.shape_overlong_rewards(
         rewards, arrays.action_len_BxGxT, arrays.mask_BxGxT, max_len=max_len,
         cache_len=cache_len, factor=algo.overlong_factor, per=algo.overlong_per))
     step_rewards = step_rewards.copy()
@@ -47,12 +51,24 @@ def shaped_rewards(arrays: rollout_lib.GroupArrays, algo, rollout
   return rewards, step_rewards
 
 
+def _knobs_are_config_fields(est: adv_lib.Estimator) -> None:
+  """An estimator's declared hparams are set from the AlgoConfig fields of the same names:
+  one that is not a field would never be set, so it is refused when it registers."""
+  fields = {f.name for f in dataclasses.fields(AlgoConfig)}
+  missing = sorted(set(est.hparams) - fields)
+  if missing:
+    raise ValueError(f"estimator {est.name!r} declares hparams {missing} that are not "
+                     "fields of csa_jax.config.AlgoConfig: add them there (with a default) "
+                     "so that `--set algo.<name>=...` reaches it")
+
+
+adv_lib.add_registration_check(_knobs_are_config_fields)
+
+
 def compute_advantages(arrays: rollout_lib.GroupArrays, algo, rollout) -> np.ndarray:
   est = adv_lib.get_estimator(algo.estimator)
-  # The config holds every estimator's knobs; each estimator takes the ones it declares.
-  hp = dict(lam=algo.lam, gamma=algo.gamma, w=algo.w, eps=algo.eps,
-            std_normalize=algo.std_normalize)
-  hp = {k: v for k, v in hp.items() if k in est.hparams}
+  # Each estimator takes the config fields named by the hparams it declares.
+  hp = {k: getattr(algo, k) for k in est.hparams}
   rewards, step_rewards = shaped_rewards(arrays, algo, rollout)
   adv = est(rewards_BxG=jnp.asarray(rewards), logp_BxGxT=jnp.asarray(arrays.logp_BxGxT),
             mask_BxGxT=jnp.asarray(arrays.mask_BxGxT),
@@ -63,10 +79,11 @@ def compute_advantages(arrays: rollout_lib.GroupArrays, algo, rollout) -> np.nda
 
 class EstimatorAlgorithm(Algorithm):
   name = "estimator"
+  multiprocess = True
 
-  def prepare(self, ctx, it, trajs, arrays, params, aux) -> Prepared:
+  def prepare(self, ctx, it, batch, params, aux) -> Prepared:
     c = ctx.cfg
-    adv_BxGxT = compute_advantages(arrays, c.algo, c.rollout)
-    rows = data_lib.rl_rows(trajs, adv_BxGxT, c.rollout.group_size, c.algo.row_weight)
+    adv_BxGxT = compute_advantages(batch.arrays, c.algo, c.rollout)
+    rows = groups.rl_rows(batch, adv_BxGxT, c.algo.row_weight)
     return Prepared(rows=rows, aux=aux, metrics={"perf/aux_s": 0.0}, adv_BxGxT=adv_BxGxT,
                     skip=skip_update(adv_BxGxT, c.algo))

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from csa_jax import advantages as adv_lib
-from csa_jax import data as data_lib
+from csa_jax import groups
 from csa_jax import train_step as ts
 from csa_jax.algorithms import base
 from csa_jax.algorithms.estimator import shaped_rewards
@@ -133,13 +133,14 @@ class IStar(base.Algorithm):
       self._fns = grad, apply
     return self._fns
 
-  def prepare(self, ctx, it, trajs, arrays, params, aux) -> base.Prepared:
+  def prepare(self, ctx, it, groups_batch, params, aux) -> base.Prepared:
     c, s = ctx.cfg, ctx.cfg.algo.istar
     r = c.rollout
     t0 = time.perf_counter()
     grad_fn, apply_fn = self._compile(ctx)
     prm = aux["prm"]
-    units = base.group_units(trajs, r.group_size, r.max_turns)
+    arrays = groups_batch.arrays
+    units = groups.group_units(groups_batch, r.max_turns)
     won_BxG = arrays.rewards_BxG > 0
     r_BxGxT = np.zeros(arrays.mask_BxGxT.shape, np.float32)
     grads, loss_sum, pairs = None, 0.0, 0
@@ -166,6 +167,6 @@ class IStar(base.Algorithm):
     rewards_BxG, _ = shaped_rewards(arrays, c.algo, r)
     adv_BxGxT = np.asarray(istar_advantages(jnp.asarray(rewards_BxG), jnp.asarray(r_BxGxT),
                                             jnp.asarray(arrays.mask_BxGxT), s.alpha))
-    rows = data_lib.rl_rows(trajs, adv_BxGxT, r.group_size, c.algo.row_weight)
+    rows = groups.rl_rows(groups_batch, adv_BxGxT, c.algo.row_weight)
     return base.Prepared(rows=rows, aux={"prm": prm}, metrics=m, adv_BxGxT=adv_BxGxT,
                          skip=base.skip_update(adv_BxGxT, c.algo))

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from csa_jax import groups
 from csa_jax import train_step as ts
 from csa_jax.algorithms import base
 from csa_jax.sampling import sampling_logprobs
@@ -110,17 +111,16 @@ class MultiTurnDPO(base.Algorithm):
     return make_dpo_step(ctx.graphdef, ctx.tx, ctx.sampling_cfg, ctx.cfg.algo.mtdpo.beta,
                          ctx.cfg.rollout.tasks_per_iter)
 
-  def prepare(self, ctx, it, trajs, arrays, params, aux) -> base.Prepared:
+  def prepare(self, ctx, it, batch, params, aux) -> base.Prepared:
     c = ctx.cfg
     r = c.rollout
     rng = np.random.default_rng([c.seed, it])  # the same pairs after a resume
+    arrays = batch.arrays
     pairs = pick_pairs(arrays.rewards_BxG > 0, arrays.mask_BxGxT.any(-1), rng)
     m = {"mtdpo/pairs": float(len(pairs)), "perf/aux_s": 0.0}
     if not pairs:
       return base.Prepared(rows=[], aux=aux, metrics=m, skip=True)
-    units = [[(0, row) for row in base.step_rows(trajs[b * r.group_size + w], r.max_turns)]
-             + [(1, row) for row in base.step_rows(trajs[b * r.group_size + l], r.max_turns)]
-             for b, w, l in pairs]
+    units = groups.pair_units(batch, pairs, r.max_turns)
     t0 = time.perf_counter()
     if self._ref_fn is None:
       self._ref_fn = jax.jit(lambda p, b: _row_scores(ctx.graphdef, ctx.sampling_cfg, p, b))

@@ -41,7 +41,7 @@ import numpy as np
 from flax import nnx
 
 from csa_jax import advantages as adv_lib
-from csa_jax import data as data_lib
+from csa_jax import groups
 from csa_jax import train_step as ts
 from csa_jax.algorithms import base
 
@@ -169,7 +169,7 @@ class SPA(base.Algorithm):
       if not os.path.exists(path):
         chunk = [t for t in tasks[start:start + per_chunk] for _ in range(s.explore_k)]
         key = jax.random.fold_in(jax.random.key(c.seed), _EXPLORE_KEY + k)
-        eps = [{"won": bool(tr.won), "rows": base.step_rows(tr, c.rollout.max_turns)}
+        eps = [{"won": bool(tr.won), "rows": groups.step_rows(tr, c.rollout.max_turns)}
                for tr in ctx.play(chunk, key)]
         with open(path + ".tmp", "w") as f:
           json.dump(eps, f)
@@ -213,24 +213,26 @@ class SPA(base.Algorithm):
 
   # -- every iteration ---------------------------------------------------------------------
 
-  def progress_BxGxT(self, ctx, est_params, trajs, shape) -> np.ndarray:
+  def progress_BxGxT(self, ctx, est_params, groups_batch) -> np.ndarray:
     _, progress_fn = self._compile(ctx)
-    c_BxGxT = np.zeros(shape, np.float32)
-    g_size = ctx.cfg.rollout.group_size
-    for idx, batch in self._pack(ctx, base.episode_units(trajs, ctx.cfg.rollout.max_turns)):
+    c_BxGxT = np.zeros(groups_batch.arrays.mask_BxGxT.shape, np.float32)
+    place_Ux2 = np.asarray([(b, g) for b, g, _ in groups_batch.places()], np.int64)
+    for idx, batch in self._pack(ctx, groups.episode_units(groups_batch,
+                                                            ctx.cfg.rollout.max_turns)):
       c_R = np.asarray(progress_fn(est_params, ctx.to_device(batch)))
       ok = batch["valid"] > 0
-      b, g = np.divmod(np.asarray(idx)[batch["unit"][ok]], g_size)
+      b, g = place_Ux2[np.asarray(idx)[batch["unit"][ok]]].T
       c_BxGxT[b, g, batch["step"][ok]] = c_R[ok]
     return c_BxGxT
 
-  def prepare(self, ctx, it, trajs, arrays, params, aux) -> base.Prepared:
+  def prepare(self, ctx, it, batch, params, aux) -> base.Prepared:
     c, s = ctx.cfg, ctx.cfg.algo.spa
+    arrays = batch.arrays
     m, played = {}, 0
     if not int(aux["ready"]):
       aux, m, played = self._setup(ctx, aux)
     t0 = time.perf_counter()
-    c_BxGxT = self.progress_BxGxT(ctx, aux["estimator"].params, trajs, arrays.mask_BxGxT.shape)
+    c_BxGxT = self.progress_BxGxT(ctx, aux["estimator"].params, batch)
     m["perf/aux_s"] = time.perf_counter() - t0
     r_BxGxT = spa_step_rewards(c_BxGxT, ~arrays.invalid_BxGxT, arrays.mask_BxGxT,
                                progress_coef=s.progress_coef, grounding=s.grounding,
@@ -240,7 +242,7 @@ class SPA(base.Algorithm):
     m |= {"spa/progress_mean": float(c_BxGxT[act].mean()) if act.any() else 0.0,
           "spa/progress_sum_won": _mean_sum(c_BxGxT, act, arrays.rewards_BxG > 0),
           "spa/progress_sum_lost": _mean_sum(c_BxGxT, act, arrays.rewards_BxG <= 0)}
-    rows = data_lib.rl_rows(trajs, adv_BxGxT, c.rollout.group_size, c.algo.row_weight)
+    rows = groups.rl_rows(batch, adv_BxGxT, c.algo.row_weight)
     return base.Prepared(rows=rows, aux=aux, metrics=m, adv_BxGxT=adv_BxGxT,
                          skip=base.skip_update(adv_BxGxT, c.algo), env_steps=played)
 

@@ -1,6 +1,6 @@
 """Methods x seeds on one experiment family, each seed's methods from one shared SFT start.
 
-    python -m experiments.sweep --family coin_doors --seeds 5 \
+    python -m studies.sweep --family coin_doors --seeds 5 \
         --methods grpo,dr_grpo,rloo,dapo,gigpo,csa,csa_dapo,csa_lam0,csa_lam1 --name coin_doors
 
 For every seed s: one SFT run (`{family}_grpo` with `rl_iterations=0`, `seed=s`), then one
@@ -12,7 +12,7 @@ Where things go: each run's work directory (checkpoints, TensorBoard) is
 `runs/sweeps/NAME/RUN/` (not committed); when a run finishes, its small result files
 (`metrics.jsonl`, `config.json`, the per-episode outcomes `eval/episodes.jsonl`) and an
 empty `DONE` are copied to `reports/NAME/runs/RUN/`,
-which `python -m experiments.report --name NAME` reads. With `--commit` each finished
+which `python -m studies.report --name NAME` reads. With `--commit` each finished
 run's files are committed at once, so a session that ends mid-sweep loses nothing finished.
 
 Continuing: run the same command again. Finished runs (DONE in reports/) are skipped; a
@@ -206,7 +206,7 @@ class Sweep:
             f" (logs in {self.work_root})")
       return 1
     print(f"sweep {self.args.name}: all {len(self.runs)} runs done; report with "
-          f"`python -m experiments.report --name {self.args.name}`")
+          f"`python -m studies.report --name {self.args.name}`")
     return 0
 
   def _headline(self, run: Run) -> str:
@@ -224,13 +224,15 @@ class Sweep:
     """reports/NAME/commands.txt: every sweep command that added runs to the study (a
     study can be filled by several, e.g. one arm per set of families), then the report's."""
     path = os.path.join(self.args.reports_dir, self.args.name, "commands.txt")
-    argv = shlex.join(["python", "-m", "experiments.sweep"] + self.args.argv)
+    argv = shlex.join(["python", "-m", "studies.sweep"] + self.args.argv)
     old = open(path).read().splitlines() if os.path.exists(path) else []
-    sweeps = [line for line in old if line.startswith("python -m experiments.sweep")]
+    # Studies begun before the tools moved to studies/ name the old module.
+    old = [line.replace("-m experiments.sweep", "-m studies.sweep") for line in old]
+    sweeps = [line for line in old if line.startswith("python -m studies.sweep")]
     sweeps += [argv] if argv not in sweeps else []
     with open(path, "w") as f:
       f.writelines(line + "\n" for line in sweeps)
-      f.write(f"python -m experiments.report --name {self.args.name}\n")
+      f.write(f"python -m studies.report --name {self.args.name}\n")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,6 +1,6 @@
 """Entropy of a run's RL policy and of its SFT start at each action-token position.
 
-    python -m experiments.entropy_by_position runs/sweeps/quickstart/csa_seed0 [--tasks 16]
+    python -m studies.entropy_by_position runs/sweeps/quickstart/csa_seed0 [--tasks 16]
 
 Plays 2 episodes on each of `--tasks` train tasks (from index 500) with the run's RL policy
 (sampled at the rollout temperature), then for every step computes, under both policies,
@@ -21,9 +21,9 @@ import numpy as np
 from flax import nnx
 
 from csa_jax import rollout as rollout_lib
-from csa_jax.trainer import SamplerPolicy
+from csa_jax.policy import SamplerPolicy
 from environments.pool import EnvPool
-from experiments.credit import load_run
+from studies.credit import load_run
 
 
 def position_entropies(graphdef, params, prompt: list[int], action: list[int]) -> np.ndarray:

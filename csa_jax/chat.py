@@ -1,6 +1,9 @@
 """A chat function over a local Hugging Face checkpoint, through the project's own loader
 (`csa_jax.model.hf.from_pretrained`) and KV-cache sampler (`csa_jax.sampling.sample`): used
-by environments whose other party is played by a frozen model (tau-bench's user).
+by environments whose other party is played by a frozen model (tau-bench's user). The
+environments never import it: they load the function a `module:function` name gives
+(`environments.taubench_env`'s `user_chat`, this one by default), so the ground floor does
+not depend on the policy code above it.
 
 `load(dir)(messages, max_new_tokens) -> text`: the checkpoint's chat template (or plain
 "role: content" lines when it has none) with a generation prompt, greedy decoding up to the
@@ -17,6 +20,7 @@ import numpy as np
 def load(model_path: str, *, max_seq_len: int | None = None
          ) -> Callable[[Sequence[Mapping[str, str]], int], str]:
   import jax  # pylint: disable=g-import-not-at-top
+
   from csa_jax import sampling  # pylint: disable=g-import-not-at-top
   from csa_jax.model import hf  # pylint: disable=g-import-not-at-top
 

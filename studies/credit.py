@@ -2,12 +2,12 @@
 rollouts of one policy checkpoint, against the environment's oracle step labels.
 
     # collect once (G = 16) and analyse at G = 4, 8, 16 (first G rollouts of each group)
-    python -m experiments.credit --env coin_doors --checkpoint runs/credit/coin_sft \
+    python -m studies.credit --env coin_doors --checkpoint runs/credit/coin_sft \
         --groups 64 --group-size 16 --out runs/credit/study/coin_sft
     # re-analyse saved rollouts without collecting
-    python -m experiments.credit --analyze runs/credit/study/coin_sft
+    python -m studies.credit --analyze runs/credit/study/coin_sft
     # the committed report from several analysed directories
-    python -m experiments.credit --report runs/credit/study/* --name credit
+    python -m studies.credit --report runs/credit/study/* --name credit
 
 `--checkpoint` is a run directory of `launch.py` (tokenizer.json, config.json, sft/,
 checkpoints/): `--which sft` reads its SFT parameters, `--which rl` the latest RL checkpoint,
@@ -16,7 +16,7 @@ model shape, prompts and reward shaping (invalid-action penalty) are the run's o
 (config.json), so advantages are the ones its training would have computed. Tasks are drawn
 from the training split, as the trainer draws them. Labels are only read here, never trained on.
 
-Estimators (`csa_jax.advantages` registry, through `trainer.compute_advantages`): grpo, rloo,
+Estimators (`csa_jax.advantages` registry, through `algorithms.estimator.compute_advantages`): grpo, rloo,
 dr_grpo, csa at lambda 0.25 / 0.5 / 1, csa_step (CSA's step term A_S alone), gigpo,
 gigpo_step (GiGPO's step term alone) and csa_gigpo. Metrics and bootstrap: `csa_jax.credit`.
 """
@@ -24,7 +24,6 @@ gigpo_step (GiGPO's step term alone) and csa_gigpo. Metrics and bootstrap: `csa_
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import glob
 import json
@@ -35,29 +34,8 @@ import typing
 
 import numpy as np
 
-ESTIMATORS = {  # study name -> (registered estimator, hparams over the run's algo config)
-    "grpo": ("grpo", {}),
-    "rloo": ("rloo", {}),
-    "dr_grpo": ("dr_grpo", {}),
-    "csa_lam0.25": ("csa", {"lam": 0.25}),
-    "csa_lam0.5": ("csa", {"lam": 0.5}),
-    "csa_lam1": ("csa", {"lam": 1.0}),
-    "csa_step": ("csa_step", {}),
-    "gigpo": ("gigpo", {}),
-    "gigpo_step": ("gigpo_step", {}),
-    "csa_gigpo": ("csa_gigpo", {"lam": 0.5}),
-}
-ENV_FAMILIES = {"alfworld": "alfworld", "coin_doors": "twx", "twx_coin": "twx",
-                "quickstart_coin": "twx", "scienceworld": "scienceworld",
-                "quickstart": "keydoor", "keydoor": "keydoor"}
-LABEL_MEANING = {
-    "alfworld": ("exact: decrease of the shortest distance to the goal (+1 along a shortest "
-                 "plan, 0 for a wasted step, -1 or less for a step that moves the goal away)"),
-    "twx": ("coarse: +1 when the engine score rises (in coin only on 'take coin', the winning "
-            "step), -1 when it falls or the task fails, else 0"),
-    "keydoor": ("exact: +1 for the right key (or branch) at a decisive step, -1 for a wrong "
-                "one, 0 on every routine step"),
-}
+from studies.credit_table import (COLUMNS, ENV_FAMILIES, ESTIMATORS, LABEL_MEANING,  # noqa: F401
+                                    read_csv, write_csv)
 
 
 # -- loading a policy ---------------------------------------------------------------------
@@ -122,8 +100,9 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
             num_envs: int, out_dir: str, env: str, num_tasks: int = 0) -> str:
   import jax
 
+  from csa_jax import groups as groups_lib
+  from csa_jax import policy as policy_lib
   from csa_jax import rollout as rollout_lib
-  from csa_jax import trainer as trainer_lib
   from environments.pool import EnvPool
 
   cfg, tok, graphdef, params, desc, mesh = load_run(run_dir, which)
@@ -131,21 +110,23 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
   if ENV_FAMILIES.get(env) != cfg.env.name:
     raise ValueError(f"--env {env}: the checkpoint's environment is {cfg.env.name!r} "
                      f"(experiment {cfg.name})")
-  rcfg = dataclasses.replace(cfg.rollout, group_size=group_size,
+  rcfg = dataclasses.replace(cfg.rollout, group_size=group_size, tasks_per_iter=groups,
                              num_envs=min(num_envs, groups * group_size))
-  cfg = dataclasses.replace(cfg, rollout=rcfg)
-  rng = np.random.default_rng(seed)
   # ALFWorld games are generated on first use (seconds each): --tasks N keeps to cached ones.
-  idx = rng.choice(num_tasks or cfg.env.num_train_tasks, size=groups, replace=False)
-  tasks = [(cfg.env.train_split, int(i)) for i in idx for _ in range(group_size)]
-  policy = trainer_lib.SamplerPolicy(graphdef, lambda: params, tok, cfg, greedy=False,
+  env_cfg = dataclasses.replace(cfg.env, num_train_tasks=num_tasks or cfg.env.num_train_tasks)
+  # The trainer's own collection (one round: dynamic sampling would drop uniform groups).
+  cfg = dataclasses.replace(cfg, rollout=rcfg, env=env_cfg,
+                            algo=dataclasses.replace(cfg.algo, dynamic_sampling=False))
+  rng = np.random.default_rng(seed)
+  policy = policy_lib.SamplerPolicy(graphdef, lambda: params, tok, cfg, greedy=False,
                                    key=jax.random.key(seed), mesh=mesh)
   t0 = time.perf_counter()
   with EnvPool(cfg.env.name, dict(cfg.env.kwargs), rcfg.num_envs, backend=cfg.env.pool_backend,
                step_timeout_s=rcfg.step_timeout_s) as pool:
-    trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, rcfg, rng)
+    batch, _ = groups_lib.collect(pool, policy, tok, cfg, rng, fmt=rollout_lib.PLAIN)
   seconds = time.perf_counter() - t0
-  arrays = rollout_lib.group_arrays(trajs, groups, group_size, rcfg.max_turns, rcfg.logp_reduce)
+  arrays = batch.arrays
+  idx = np.asarray([grp[0].task[1] for grp in batch.groups])
   os.makedirs(out_dir, exist_ok=True)
   np.savez_compressed(os.path.join(out_dir, "rollouts.npz"),
                       task_index_B=idx.astype(np.int32),
@@ -158,7 +139,7 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
           "success": float(arrays.rewards_BxG.mean()), "env_steps": steps,
           "labelled_steps": int((arrays.mask_BxGxT & np.isfinite(arrays.oracle_BxGxT)).sum()),
           "collect_seconds": round(seconds, 1),
-          "command": "python -m experiments.credit " + " ".join(sys.argv[1:]),
+          "command": "python -m studies.credit " + " ".join(sys.argv[1:]),
           "algo": dataclasses.asdict(cfg.algo), "rollout": dataclasses.asdict(rcfg)}
   with open(os.path.join(out_dir, "meta.json"), "w") as f:
     json.dump(meta, f, indent=1)
@@ -191,12 +172,12 @@ def estimator_advantages(arrays, algo_dict: dict, rollout_dict: dict) -> dict[st
   import jax.numpy as jnp
 
   from csa_jax import advantages as adv_lib
-  from csa_jax import trainer as trainer_lib
+  from csa_jax.algorithms import estimator as estimator_lib
   from csa_jax.config import AlgoConfig, RolloutConfig
 
   algo = config_from_dict(AlgoConfig, algo_dict)
   rollout = config_from_dict(RolloutConfig, rollout_dict)
-  rewards, step_rewards = trainer_lib.shaped_rewards(arrays, algo, rollout)
+  rewards, step_rewards = estimator_lib.shaped_rewards(arrays, algo, rollout)
   mask = arrays.mask_BxGxT
   out = {}
   for name, (est, hp) in ESTIMATORS.items():
@@ -211,7 +192,7 @@ def estimator_advantages(arrays, algo_dict: dict, rollout_dict: dict) -> dict[st
       out[name] = np.where(mask, np.asarray(a_s), 0.0)
     else:
       a = dataclasses.replace(algo, estimator=est, **hp)
-      out[name] = trainer_lib.compute_advantages(arrays, a, rollout)
+      out[name] = estimator_lib.compute_advantages(arrays, a, rollout)
   return out
 
 
@@ -236,29 +217,6 @@ def analyze(out_dir: str, group_sizes: tuple[int, ...] = (4, 8, 16), num_resampl
   return rows
 
 
-COLUMNS = ("run", "env", "policy", "G", "groups", "success", "estimator", "metric", "value",
-           "lo", "hi", "delta_vs_grpo", "delta_lo", "delta_hi", "steps", "steps_failed",
-           "steps_won", "progress_steps")
-
-
-def write_csv(rows: list[dict], path: str) -> None:
-  with open(path, "w", newline="") as f:
-    w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-      w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
-
-
-def read_csv(path: str) -> list[dict]:
-  with open(path) as f:
-    rows = list(csv.DictReader(f))
-  for r in rows:
-    for k in COLUMNS[3:]:
-      if k in r and k not in ("estimator", "metric"):
-        r[k] = float(r[k]) if r[k] not in ("", None) else float("nan")
-  return rows
-
-
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--env", choices=sorted(ENV_FAMILIES), help="the checkpoint's environment")
@@ -277,7 +235,7 @@ def main(argv=None) -> int:
   p.add_argument("--name", default="credit", help="report name: reports/NAME.md, reports/NAME/")
   a = p.parse_args(argv)
   if a.report:
-    from experiments import credit_report
+    from studies import credit_report
     dirs = sorted({d for pat in a.report for d in glob.glob(pat)})
     credit_report.write_report(dirs, a.name)
     return 0

@@ -1,0 +1,96 @@
+"""The jitted sampler (csa_jax/sampling.py) as a host-side policy over lists of token ids:
+what the rollout (csa_jax/rollout.py) calls to act, with its own checkpointed key stream,
+sampling only the live rows of a call."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from csa_jax import rollout as rollout_lib
+from csa_jax import sampling
+from csa_jax.config import ExperimentConfig
+from csa_jax.tokenizer import Tokenizer
+
+
+def sampling_config(cfg: ExperimentConfig, tok: Tokenizer, *, greedy: bool,
+                    temperature: float | None = None) -> sampling.SamplingConfig:
+  r = cfg.rollout
+  return sampling.SamplingConfig(
+      max_new_tokens=r.max_action_tokens, temperature=temperature or r.temperature, top_p=r.top_p,
+      top_k=r.top_k, greedy=greedy, stop_token_ids=(tok.eos_id,))
+
+
+class SamplerPolicy:
+  """The jitted sampler as a host-side policy over lists of token ids.
+
+  Its randomness is its own jax key stream (`key`, split once per call), which the
+  checkpoint saves so that a resumed run samples what the uninterrupted one would have.
+  """
+
+  def __init__(self, graphdef, get_params, tok: Tokenizer, cfg: ExperimentConfig, *,
+               greedy: bool, key: jax.Array, mesh=None, temperature: float | None = None):
+    self._graphdef, self._get_params, self._tok, self._mesh = graphdef, get_params, tok, mesh
+    self._scfg = sampling_config(cfg, tok, greedy=greedy, temperature=temperature)
+    self._bucket = cfg.rollout.max_prompt_tokens
+    self._prefill_chunk = cfg.rollout.prefill_chunk
+    self.key = key
+
+  def __call__(self, prompts: list[list[int]], rng: np.random.Generator):
+    return self.collect(self.dispatch(prompts, rng))
+
+  def dispatch(self, prompts: list[list[int]], rng: np.random.Generator
+               ) -> sampling.SampleOutput:
+    """Starts sampling and returns at once (JAX dispatch is asynchronous): the arrays
+    are ready when `collect` reads them (rollout.overlap steps environments meanwhile)."""
+    del rng  # the sampler's randomness comes from its own jax key stream
+    live, (rows, width) = self._live(prompts), self.sampler_shape(prompts)
+    # Rows beyond the live ones repeat the first (one shared prefill; a call of dummies
+    # alone samples one of them); their answers are dropped.
+    first = live[0] if live else 0
+    chosen = live + [first] * (rows - len(live))
+    tokens, mask = sampling.left_pad([prompts[i] for i in chosen], self._tok.pad_id,
+                                     bucket=width)
+    self.key, sub = jax.random.split(self.key)
+    model = nnx.merge(self._graphdef, self._get_params())
+    out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
+                          cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
+                          prefill_chunk=self._prefill_chunk)
+    return out, live, len(prompts)
+
+  def _live(self, prompts: list[list[int]]) -> list[int]:
+    """The rows worth sampling: not the rollout's dummies of finished or idle slots."""
+    dummy = rollout_lib.dummy_prompt(self._tok)
+    return [i for i, p in enumerate(prompts) if p != dummy]
+
+  def sampler_shape(self, prompts: list[list[int]]) -> tuple[int, int]:
+    """(rows, prompt width) the sampler runs for `prompts`. Rows: the live ones rounded up
+    to a quarter, a half or all of the call's rows (a multiple of the mesh's data axis), so
+    finished slots stop costing and a run compiles at most three row counts per width.
+    Width: the longest prompt rounded up to a power of two, at most the prompt budget, so
+    short prompts do not pay for the whole budget. The rollout counts padding with these."""
+    n, live = len(prompts), max(len(self._live(prompts)), 1)
+    data = 1 if self._mesh is None else self._mesh.shape["data"]
+    rows = next(r for r in (-(-n // d // data) * data for d in (4, 2, 1)) if r >= live)
+    return rows, sampling.bucket_length(max(map(len, prompts)), self._bucket)
+
+  @staticmethod
+  def collect(pending) -> tuple[list[list[int]], list[list[float]]]:
+    """The answers of `dispatch`'s call, one per prompt it was given (empty for the rows it
+    did not sample)."""
+    out, live, n = pending
+    ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
+                        np.asarray(out.lengths_B))
+    got_ids, got_logps = [[] for _ in range(n)], [[] for _ in range(n)]
+    for row, i in enumerate(live):
+      got_ids[i], got_logps[i] = ids[row, :lens[row]].tolist(), logps[row, :lens[row]].tolist()
+    return got_ids, got_logps
+
+  # The key as JSON (the checkpoint's meta) and back.
+  def key_state(self) -> list[int]:
+    return np.asarray(jax.random.key_data(self.key)).tolist()
+
+  def set_key_state(self, data: list[int]) -> None:
+    self.key = jax.random.wrap_key_data(np.asarray(data, np.uint32))
