@@ -29,7 +29,8 @@ from csa_jax import train_step as ts
 from csa_jax.algorithms import base, estimator as estimator_lib, istar, mtdpo
 from csa_jax.config import AlgoConfig, ExperimentConfig, IStarConfig, MDPOConfig, RolloutConfig
 from csa_jax.model import Decoder, ModelConfig
-from csa_jax.rollout import GroupArrays, Step, Trajectory, group_arrays
+from csa_jax import groups
+from csa_jax.rollout import GroupArrays, Step, Trajectory
 from csa_jax.sampling import SamplingConfig, sampling_logprobs
 
 # ----------------------------------------------------------------------------------------
@@ -328,17 +329,18 @@ def _traj(lens_and_won, rng):
 
 @pytest.mark.parametrize("row_weight", ["step", "episode"])
 def test_row_weight_reaches_the_rows(row_weight):
-  """Catches `algo.row_weight` not reaching `data.rl_rows` from the estimator method's
+  """Catches `algo.row_weight` not reaching `groups.rl_rows` from the estimator method's
   prepare: with episodes of 1, 2 and 4 steps, "episode" scales each row's advantage by
   mean_len / len(its episode) and "step" leaves it."""
   rng = np.random.default_rng(1)
   trajs = _traj([(1, True), (2, False), (4, False)], rng)
   cfg = ExperimentConfig(rollout=RolloutConfig(tasks_per_iter=1, group_size=3, max_turns=4),
                          algo=AlgoConfig(estimator="grpo", row_weight=row_weight))
-  arrays = group_arrays(trajs, 1, 3, 4)
+  gb = groups.from_episodes(trajs, 3, 4)
+  arrays = gb.arrays
   ctx = base.Context(cfg=cfg, graphdef=None, tx=None, sampling_cfg=SCFG, batches=None,
                      to_device=None, pad_id=0, play=None, workdir="")
-  prep = estimator_lib.EstimatorAlgorithm().prepare(ctx, 0, trajs, arrays, None, {})
+  prep = estimator_lib.EstimatorAlgorithm().prepare(ctx, 0, gb, None, {})
   mean_len = 7 / 3
   want = [prep.adv_BxGxT[0, g, t] * (mean_len / n if row_weight == "episode" else 1.0)
           for g, n in enumerate((1, 2, 4)) for t in range(n)]
@@ -410,7 +412,8 @@ def test_istar_rewards_and_prm_step_use_the_prm_not_the_policy():
   rng = np.random.default_rng(6)
   won = np.array([[1, 0, 0], [1, 1, 1], [0, 1, 1]])
   trajs = _random_trajs(cfg, rng, won)
-  arrays = group_arrays(trajs, 3, 3, 3)
+  gb = groups.from_episodes(trajs, 3, 3)
+  arrays = gb.arrays
   ctx, params = _small_ctx(cfg)
   algo = istar.IStar()
   prm_params = _perturbed(params, 11, scale=1.0)
@@ -438,7 +441,7 @@ def test_istar_rewards_and_prm_step_use_the_prm_not_the_policy():
   # The PRM's loss and gradient at the PRM's parameters, on all rows at once.
   prm0 = aux["prm"]
   loss_fn = istar._prm_loss_fn(ctx.graphdef, ctx.sampling_cfg, beta, 3, 3, 3)
-  units = base.group_units(trajs, 3, 3)
+  units = groups.group_units(gb, 3)
   (_, batch), = base.pack(units, rows_per_batch=27, units_per_batch=3, seq_len=PROMPT + 2 + ACT,
                           action_len=ACT, pad_id=0)
   won_j = jnp.asarray(won > 0)
@@ -446,7 +449,7 @@ def test_istar_rewards_and_prm_step_use_the_prm_not_the_policy():
       prm0.params, ctx.to_device(batch), won_j)
   want_prm, _ = ts.apply_update(tx, prm0, ls / n, jax.tree.map(lambda x: x / n, g), {})
 
-  prep = algo.prepare(ctx, 0, trajs, arrays, params, aux)
+  prep = algo.prepare(ctx, 0, gb, params, aux)
   np.testing.assert_allclose(prep.adv_BxGxT, want_adv, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(prep.metrics["istar/prm_loss"], float(ls / n), rtol=1e-5)
   for got, want in zip(jax.tree.leaves(prep.aux["prm"].params), jax.tree.leaves(want_prm.params)):
@@ -461,11 +464,12 @@ def test_mdpo_reference_scores_come_from_the_configured_reference(reference):
   cfg = _small_cfg("mtdpo", mtdpo=MDPOConfig(reference=reference))
   rng = np.random.default_rng(10)
   trajs = _random_trajs(cfg, rng, np.array([[1, 0, 0], [1, 1, 1], [0, 1, 0]]))
-  arrays = group_arrays(trajs, 3, 3, 3)
+  gb = groups.from_episodes(trajs, 3, 3)
+  arrays = gb.arrays
   ctx, params = _small_ctx(cfg)
   sft = _perturbed(params, 21, scale=1.0)
   ctx = dataclasses.replace(ctx, ref_params=sft)
-  prep = mtdpo.MultiTurnDPO().prepare(ctx, 0, trajs, arrays, params, {})
+  prep = mtdpo.MultiTurnDPO().prepare(ctx, 0, gb, params, {})
   assert prep.metrics["mtdpo/pairs"] == 2
   want_params = sft if reference == "sft" else params
   other = params if reference == "sft" else sft
@@ -544,13 +548,13 @@ _DTYPES = {"rewards_BxG": np.float32, "logp_BxGxT": np.float32, "mask_BxGxT": np
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_group_arrays_every_field_matches_the_episodes(reduce):
-  """Catches any field of `rollout.group_arrays` built wrong from its episodes: the
+  """Catches any field of `groups.group_arrays` built wrong from its episodes: the
   invalid-action flag inverted (`st.valid` for `not st.valid`), action lengths, the mask,
   outcome and step rewards, log-probs (sum or mean), anchors, oracle labels, or episodes
   placed in the wrong (b, g); each checked against a plain-Python reference."""
   B, G, T = 3, 4, 5
   trajs = _episodes(np.random.default_rng(2), B, G, T)
-  got = group_arrays(trajs, B, G, T, logp_reduce=reduce)
+  got = groups.group_arrays(groups.split(trajs, G), T, logp_reduce=reduce)
   ref = _reference_arrays(trajs, B, G, T, reduce)
   fields = [f.name for f in dataclasses.fields(GroupArrays)]
   assert set(fields) == set(ref) == set(_DTYPES), "a new GroupArrays field needs a reference here"
