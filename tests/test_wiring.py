@@ -279,14 +279,15 @@ def _adv_arrays():
 
 
 # A second value for each knob, far enough from the default to move the advantages.
-_KNOB_VALUES = {"lam": 0.9, "gamma": 0.5, "w": 0.3, "eps": 0.5, "std_normalize": False}
+_KNOB_VALUES = {"lam": 0.9, "gamma": 0.5, "w": 0.3, "eps": 0.5, "std_normalize": False,
+                "ddof": 0}
 _ESTIMATOR_KNOBS = [(name, knob) for name in adv_lib.list_estimators()
-                    for knob in adv_lib.get_estimator(name).hparams if knob != "ddof"]
+                    for knob in adv_lib.get_estimator(name).hparams]
 
 
 @pytest.mark.parametrize("name, knob", _ESTIMATOR_KNOBS)
 def test_compute_advantages_forwards_each_estimator_knob(name, knob):
-  """Catches an estimator knob (lam, gamma, w, eps, std_normalize) that
+  """Catches an estimator knob (lam, gamma, w, eps, std_normalize, ddof) that
   `estimator.compute_advantages` drops, leaves at the estimator's default or passes under
   another name, and an `algo.estimator` that does not pick the estimator: the advantages
   equal the estimator's own at the configured value, which differ from its default's."""
@@ -294,7 +295,7 @@ def test_compute_advantages_forwards_each_estimator_knob(name, knob):
   arrays, roll = _adv_arrays(), RolloutConfig(max_turns=5)
   algo = AlgoConfig(estimator=name, invalid_penalty=0.0, **{knob: _KNOB_VALUES[knob]})
   est = adv_lib.get_estimator(name)
-  hp = {k: getattr(algo, k) for k in est.hparams if k != "ddof"}
+  hp = {k: getattr(algo, k) for k in est.hparams}
   inputs = dict(rewards_BxG=arrays.rewards_BxG, logp_BxGxT=arrays.logp_BxGxT,
                 mask_BxGxT=arrays.mask_BxGxT, step_rewards_BxGxT=arrays.step_rewards_BxGxT,
                 state_id_BxGxT=arrays.state_id_BxGxT)
@@ -589,6 +590,7 @@ WIRING_TESTS = {
     "w": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "eps": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "std_normalize": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
+    "ddof": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "clip_low": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
     "clip_high": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
     "dual_clip": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
@@ -629,3 +631,13 @@ def test_every_algo_field_has_a_wiring_test():
       module, fn = name.split("::")
       with open(os.path.join(here, f"{module}.py")) as f:
         assert f"\ndef {fn}(" in f.read(), (field, name)
+
+
+def test_an_estimator_knob_that_is_no_config_field_is_refused_when_it_registers():
+  """Catches the old silent fallback: a knob an estimator declares but the trainer never
+  sets (it used to reach the estimator only if added by hand to a dict)."""
+  est = adv_lib.Estimator("knob_typo_probe", lambda rewards_BxG, mask_BxGxT, lamda=0.5: None,
+                          ("rewards_BxG", "mask_BxGxT"), ("lamda",))
+  with pytest.raises(ValueError, match=r"declares hparams \['lamda'\] that are not fields"):
+    adv_lib.register_estimator(est)
+  assert "knob_typo_probe" not in adv_lib.list_estimators()
