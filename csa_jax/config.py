@@ -104,15 +104,25 @@ class SPAConfig:
   # first explore_tasks training tasks.
   explore_tasks: int = 100
   explore_k: int = 5
+  # With an `rl_env_steps` budget, exploration stops after the chunk (one wave of the
+  # environment pool) in which its environment steps reach this share of the budget:
+  # they count against the budget like the RL rollouts' steps, so RL gets the rest.
+  explore_share: float = 0.25
   learning_rate: float = 1e-4
   grad_clip: float = 1.0
   epochs: int = 4
   # Rows per estimator batch; whole episodes are packed into a batch (raised to
   # max_turns where that is larger).
   batch_rows: int = 128
-  # Step reward r_t = progress_coef * c_t + grounding * valid_t.
+  # Step reward r_t = progress_coef * c_t + the grounding term: "penalty" (the default)
+  # pays -grounding for an action the environment rejected and 0 for an executed one;
+  # "bonus" (the paper's literal form) pays +grounding for an executed one and 0 for a
+  # rejected one. Both have the same contrast between executed and rejected actions;
+  # "bonus" adds a constant +grounding to every step, whose discounted sum pays for
+  # episode length (issue 26: it made every coin_doors seed worse; spa.py).
   progress_coef: float = 1.0
   grounding: float = 0.5
+  grounding_mode: str = "penalty"
   gamma: float = 0.99
 
 
@@ -409,6 +419,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        "algo.kl_coef=0 and algo.entropy_coef=0"),
       (a.spa.explore_tasks >= 1 and a.spa.explore_k >= 1 and a.spa.epochs >= 1,
        "algo.spa.explore_tasks, explore_k and epochs must be >= 1"),
+      (0.0 < a.spa.explore_share <= 1.0, "algo.spa.explore_share must be in (0, 1]"),
+      (a.spa.grounding_mode in ("penalty", "bonus"),
+       "algo.spa.grounding_mode must be penalty or bonus"),
       (not cfg.sft.init_from or has_sft_checkpoint(cfg.sft.init_from),
        f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
        f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),

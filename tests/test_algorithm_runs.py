@@ -119,3 +119,28 @@ def test_mtdpo_runs_end_to_end(sft, tmp_path, capsys, monkeypatch):
     assert np.isfinite(r["loss/dpo_loss"]) and r["loss/nonfinite_grad"] == 0
   # Iteration 1: policy == reference, so the margin is 0 and the loss log 2.
   assert recs[0]["loss/margin"] == 0 and abs(recs[0]["loss/dpo_loss"] - np.log(2)) < 1e-6
+
+
+def test_spa_exploration_counts_inside_the_step_budget(tmp_path):
+  """Issue 26: SPA's exploration steps count against rl_env_steps like the rollouts'
+  (KeyDoor H = 4: every episode 5 steps; 6 episodes an iteration, 30 steps). Exploration
+  stops at the chunk reaching explore_share x 100 = 25 steps (one chunk of 3 tasks x 2 =
+  30 steps), so RL runs 3 iterations (60, 90, 120), not GRPO's 4, and the run ends within
+  one iteration of the budget with the exploration included."""
+  sets = ["sft.num_demos=6", "sft.epochs=2", "sft.batch_size=16", f"sft.demos_dir={tmp_path / 'd'}",
+          "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
+          "algo.minibatch_size=8", "eval.num_episodes=3", "eval.greedy=false",
+          "checkpoint_every=1", "algo.spa.explore_tasks=4", "algo.spa.explore_k=2",
+          "algo.spa.epochs=1", "algo.spa.explore_share=0.25", "rl_env_steps=100",
+          "rl_iterations=50"]
+  argv = ["--exp", "keydoor_h4_spa", "--workdir", str(tmp_path / "run")]
+  for s in sets:
+    argv += ["--set", s]
+  assert launch.main(argv) == 0
+  recs = M.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
+  its = [r for r in recs if "rollout/env_steps" in r]
+  explore = [r["spa/explore_steps"] for r in its if "spa/explore_steps" in r]
+  assert explore == [30] and len(its) == 3
+  total = recs[-1]["perf/env_steps_total"]
+  assert total == sum(r["rollout/env_steps"] for r in its) + 30 == 120
+  assert 100 <= total < 100 + 30

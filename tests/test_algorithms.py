@@ -125,9 +125,10 @@ def test_progress_loss_matches_numpy():
   np.testing.assert_allclose(float(got), want, rtol=1e-5)
 
 
-def np_spa_advantages(c, valid, mask, coef, grounding, penalty, gamma):
+def np_spa_advantages(c, valid, mask, coef, grounding, penalty, gamma, mode):
   B, G, T = c.shape
-  r = np.where(mask, coef * c + grounding * valid - penalty * ~valid, 0.0)
+  g = grounding * valid if mode == "bonus" else -grounding * ~valid
+  r = np.where(mask, coef * c + g - penalty * ~valid, 0.0)
   ret = np.zeros_like(r)
   for b in range(B):
     for i in range(G):
@@ -144,7 +145,8 @@ def np_spa_advantages(c, valid, mask, coef, grounding, penalty, gamma):
   return r, out
 
 
-def test_spa_reward_and_advantages_match_numpy():
+@pytest.mark.parametrize("mode", ["penalty", "bonus"])
+def test_spa_reward_and_advantages_match_numpy(mode):
   rng = np.random.default_rng(4)
   B, G, T = 3, 4, 6
   mask = _random_mask(rng, B, G, T)
@@ -153,12 +155,95 @@ def test_spa_reward_and_advantages_match_numpy():
   mask[0, 1] = [True, False, True, True, False, False]
   c = rng.normal(size=(B, G, T)).astype(np.float32)
   valid = rng.random((B, G, T)) < 0.6
-  want_r, want_a = np_spa_advantages(c, valid, mask, 0.8, 0.5, 0.1, 0.9)
+  want_r, want_a = np_spa_advantages(c, valid, mask, 0.8, 0.5, 0.1, 0.9, mode)
   r = spa.spa_step_rewards(jnp.asarray(c), jnp.asarray(valid), jnp.asarray(mask),
-                           progress_coef=0.8, grounding=0.5, invalid_penalty=0.1)
+                           progress_coef=0.8, grounding=0.5, invalid_penalty=0.1,
+                           grounding_mode=mode)
   np.testing.assert_allclose(np.asarray(r), want_r, rtol=1e-5, atol=1e-6)
   a = spa.spa_advantages(r, jnp.asarray(mask), 0.9)
   np.testing.assert_allclose(np.asarray(a), want_a, rtol=1e-4, atol=1e-5)
+
+
+def _win_and_long_loss(T=25, win_len=6):
+  """One group: a win in `win_len` steps and a loss that runs to the step limit T, every
+  action executed, and a perfect estimator (c = 1 / win_len on the win's steps, 0 on the
+  loss's): what SPA's advantages must rank the right way round."""
+  mask = np.zeros((1, 2, T), bool)
+  mask[0, 0, :win_len] = True
+  mask[0, 1, :] = True
+  c = np.where(mask[:, :1], 1.0 / win_len, 0.0).repeat(2, 1).astype(np.float32)
+  c[0, 1] = 0.0
+  return c, mask.copy(), mask
+
+
+def test_spa_advantages_do_not_pay_for_episode_length():
+  """Issue 26 (SPA-RL made every coin_doors seed worse): with the paper's +grounding on
+  every executed action, the discounted return of a step is about grounding x (the steps
+  left in its episode), so a 25-step loss's steps outranked a 6-step win's (return 0.5 x
+  ~22 against 0.5 x ~6 + 1) and the policy was paid for wandering. With the default
+  grounding (0 for an executed action, -grounding for a rejected one) every step of the
+  win gets a higher advantage than every step of the loss."""
+  s = AlgoConfig().spa
+  c, valid, mask = _win_and_long_loss()
+  r = spa.spa_step_rewards(jnp.asarray(c), jnp.asarray(valid), jnp.asarray(mask),
+                           progress_coef=s.progress_coef, grounding=s.grounding)
+  a = np.asarray(spa.spa_advantages(r, jnp.asarray(mask), s.gamma))
+  assert a[0, 0, :6].min() > 0 > a[0, 1].max()
+  m = spa.advantage_diagnostics(a, mask, np.array([[True, False]]))
+  assert m["spa/adv_won_minus_lost"] > 0
+  # The paper's literal bonus on the same group: the loss outranks the win, and a step's
+  # advantage follows the steps left in its episode.
+  r = spa.spa_step_rewards(jnp.asarray(c), jnp.asarray(valid), jnp.asarray(mask),
+                           progress_coef=s.progress_coef, grounding=s.grounding,
+                           grounding_mode="bonus")
+  a = np.asarray(spa.spa_advantages(r, jnp.asarray(mask), s.gamma))
+  assert a[0, 0, :6].mean() < 0 < a[0, 1].mean()
+  m = spa.advantage_diagnostics(a, mask, np.array([[True, False]]))
+  assert m["spa/adv_won_minus_lost"] < 0 and m["spa/adv_steps_left_corr"] > 0.9
+
+
+def test_spa_advantage_diagnostics_by_hand():
+  adv = np.array([[[1.0, 2.0, 0.0], [-1.0, 0.0, 0.0]], [[5.0, 0.0, 0.0], [7.0, 0.0, 0.0]]])
+  mask = np.array([[[1, 1, 0], [1, 0, 0]], [[1, 0, 0], [1, 0, 0]]], bool)
+  won = np.array([[True, False], [True, True]])  # group 1 is uniform: left out of the diff
+  m = spa.advantage_diagnostics(adv, mask, won)
+  assert m["spa/adv_won_minus_lost"] == pytest.approx(1.5 - (-1.0))
+  # steps left: [2, 1], [1], [1], [1]
+  want = np.corrcoef([1.0, 2.0, -1.0, 5.0, 7.0], [2, 1, 1, 1, 1])[0, 1]
+  assert m["spa/adv_steps_left_corr"] == pytest.approx(want)
+  assert math.isnan(spa.advantage_diagnostics(adv, mask, np.ones((2, 2), bool))[
+      "spa/adv_won_minus_lost"])
+
+
+def test_spa_exploration_stops_at_its_share_of_the_step_budget(tmp_path):
+  """With rl_env_steps, exploration ends after the chunk that reaches explore_share of
+  the budget (each chunk: 3 tasks x 2 copies of 3-step episodes = 18 steps), and
+  `prepare` reports those steps for the trainer's count; without a budget every task is
+  explored."""
+  def cfg_with(budget):
+    c = _cfg("spa", spa=dataclasses.replace(AlgoConfig().spa, explore_tasks=12, explore_k=2,
+                                            epochs=1, explore_share=0.25))
+    return dataclasses.replace(c, rl_env_steps=budget)
+
+  def play(tasks, key):
+    trajs = _trajs(cfg, rng, np.zeros(len(tasks)))
+    for tr in trajs:
+      tr.steps = (tr.steps * 3)[:3]
+    return trajs
+
+  rng = np.random.default_rng(11)
+  cfg = cfg_with(100)  # cap 25 steps: 2 chunks (18, then 36 >= 25)
+  ctx, params = _ctx(cfg, tmp_path / "capped", play)
+  algo = spa.SPA()
+  episodes = algo.explore(ctx)
+  assert len(episodes) == 2 * 6 and spa.explored_steps(episodes) == 36
+  aux = algo.init_aux(cfg, params)
+  trajs = _trajs(cfg, rng, np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0]]))
+  prep = algo.prepare(ctx, 0, groups.from_episodes(trajs, 3, 3), params, aux)
+  assert prep.env_steps == 36 and prep.metrics["spa/explore_steps"] == 36
+  cfg = cfg_with(0)
+  ctx, _ = _ctx(cfg, tmp_path / "uncapped", play)
+  assert len(spa.SPA().explore(ctx)) == 12 * 2
 
 
 # ----------------------------------------------------------------------------------------

@@ -11,7 +11,34 @@ matches the episode's outcome R (1 if won):
 
 During RL the estimator is frozen and each step's reward is
 
-  r_t = progress_coef * c_t + grounding * valid_t   (valid: the environment executed it).
+  r_t = progress_coef * c_t - grounding * (1 - valid_t)   (valid: the environment executed it)
+
+(`spa.grounding_mode="penalty"`, the default), or the paper's literal
+r_t = progress_coef * c_t + grounding * valid_t (`"bonus"`).
+
+Why not the paper's form (issue 26). The two differ by +grounding on every step, and a
+constant reward per step, summed into the discounted return, pays for episode length: a
+step's return becomes about grounding x (the steps left in its episode) plus its progress
+to go. On a task where a win ends the episode early and a loss runs to the step limit
+(coin_doors: wins in ~10 steps, losses at the limit of 25), the loss's steps got the
+higher advantages (grounding 0.5: a 25-step loss's first step returns ~11, a 6-step win's
+~4), so the credit was anti-correlated with the oracle's step labels from the first
+iteration on (credit Spearman -0.24, -0.34, -0.14 on the very rollouts where GRPO had
++0.19, +0.13, +0.17), the policy learned to wander (episodes 14.6 -> 20.9 steps; greedy
+episodes of seeds 1 and 2 all ran to the limit) and every seed lost held-out success.
+The estimator was not the cause (its sums were 0.9 on won episodes and 0.1 on lost ones).
+"penalty" keeps the paper's contrast between an executed and a rejected action and drops
+the constant. `spa/adv_won_minus_lost` and `spa/adv_steps_left_corr` (every iteration)
+show which way the credit points.
+
+Budget (issue 26). The exploration's environment steps count against `rl_env_steps` like
+the RL rollouts' (the trainer adds `Prepared.env_steps`), so RL gets the budget minus the
+exploration, and the run ends within one iteration of the budget as every method's does;
+exploration stops after the chunk (one wave of the pool) in which it reaches
+`spa.explore_share` of the budget (0.25: at KeyDoor H = 4 the whole 100 tasks x 5, at
+H = 48 about 60 episodes), because 500 episodes of 49 steps alone would be 2.5 budgets.
+Without `rl_env_steps` (a budget in iterations) the exploration's steps come on top of
+the rollouts, as in the coin_doors study (about 18,400 steps against the others' 9,700).
 
 Differences from the authors, on purpose:
 - advantages: the discounted return of r (gamma 0.99) standardised over the active steps
@@ -22,7 +49,9 @@ Differences from the authors, on purpose:
 - the head reads the final hidden state at the row's last input position (the prompt and
   the action up to its end-of-action token), as the paper's linear head on the model's
   representation; the code puts Linear(vocab, 1) on the LM-head logits there;
-- the estimator is trained with AdamW without weight decay, like the iStar PRM.
+- the estimator is trained with AdamW without weight decay, like the iStar PRM;
+- the grounding term is a penalty on rejected actions, not a bonus on executed ones
+  (above), and exploration is capped by the step budget.
 
 Exploration is resumable: each chunk of episodes is written to `workdir/spa_explore/`
 when played and read back instead of replayed; the estimator (and a `ready` flag) lives
@@ -61,12 +90,14 @@ def progress_loss(c_ExT, mask_ExT, outcome_E, valid_E):
 
 
 def spa_step_rewards(c_BxGxT, valid_BxGxT, mask_BxGxT, *, progress_coef, grounding,
-                     invalid_penalty=0.0):
-  """r_t = progress_coef * c_t + grounding * [action executed] - invalid_penalty *
-  [action rejected], on active steps (the penalty is the project's knob, off in `spa`)."""
+                     invalid_penalty=0.0, grounding_mode="penalty"):
+  """r_t = progress_coef * c_t + the grounding term - invalid_penalty * [action rejected],
+  on active steps (the penalty is the project's knob, off in `spa`). The grounding term
+  is -grounding * [action rejected] ("penalty") or +grounding * [action executed]
+  ("bonus", the paper's literal form: the same contrast plus +grounding on every step)."""
   valid = jnp.asarray(valid_BxGxT, bool)
-  r = (progress_coef * jnp.asarray(c_BxGxT, jnp.float32) + grounding * valid
-       - invalid_penalty * ~valid)
+  g = grounding * valid if grounding_mode == "bonus" else -grounding * ~valid
+  r = progress_coef * jnp.asarray(c_BxGxT, jnp.float32) + g - invalid_penalty * ~valid
   return jnp.where(mask_BxGxT, r, 0.0)
 
 
@@ -156,21 +187,28 @@ class SPA(base.Algorithm):
 
   # -- once per run: exploration and the estimator --------------------------------------
 
+  def explore_cap(self, cfg) -> float:
+    """The exploration's share of the `rl_env_steps` budget (no cap without one)."""
+    return cfg.algo.spa.explore_share * cfg.rl_env_steps if cfg.rl_env_steps else float("inf")
+
   def explore(self, ctx) -> list[dict]:
-    """The exploration episodes as {"won", "rows"}, played chunk by chunk or read back."""
+    """The exploration episodes as {"won", "rows", "steps"}, played chunk by chunk or read
+    back, until `explore_tasks` tasks are explored or the chunk that reaches the cap."""
     c, s = ctx.cfg, ctx.cfg.algo.spa
     tasks = [(c.env.train_split, i) for i in range(min(s.explore_tasks, c.env.num_train_tasks))]
     per_chunk = max(1, c.rollout.num_envs // s.explore_k)  # one wave of the pool
     directory = os.path.join(ctx.workdir, "spa_explore")
     os.makedirs(directory, exist_ok=True)
-    episodes = []
+    episodes, cap = [], self.explore_cap(c)
     for k, start in enumerate(range(0, len(tasks), per_chunk)):
+      if explored_steps(episodes) >= cap:
+        break
       path = os.path.join(directory, f"chunk_{k:05d}.json")
       if not os.path.exists(path):
         chunk = [t for t in tasks[start:start + per_chunk] for _ in range(s.explore_k)]
         key = jax.random.fold_in(jax.random.key(c.seed), _EXPLORE_KEY + k)
-        eps = [{"won": bool(tr.won), "rows": groups.step_rows(tr, c.rollout.max_turns)}
-               for tr in ctx.play(chunk, key)]
+        eps = [{"won": bool(tr.won), "rows": groups.step_rows(tr, c.rollout.max_turns),
+                "steps": int(tr.length)} for tr in ctx.play(chunk, key)]
         with open(path + ".tmp", "w") as f:
           json.dump(eps, f)
         os.replace(path + ".tmp", path)  # a chunk on disk is always whole
@@ -208,7 +246,11 @@ class SPA(base.Algorithm):
          "perf/explore_s": t1 - t0, "perf/estimator_train_s": time.perf_counter() - t1}
     # Every explored step counts, read back or not: the checkpoint before exploration
     # did not count them.
-    played = sum(len(ep["rows"]) for ep in episodes)
+    played = explored_steps(episodes)
+    m["spa/explore_steps"] = float(played)
+    if not ctx.cfg.rl_env_steps:
+      print(f"spa: no rl_env_steps budget, so the {played} exploration steps come on top of "
+            f"the rollouts of rl_iterations={ctx.cfg.rl_iterations}")
     return {"estimator": est, "ready": jnp.ones((), jnp.int32)}, m, played
 
   # -- every iteration ---------------------------------------------------------------------
@@ -236,15 +278,43 @@ class SPA(base.Algorithm):
     m["perf/aux_s"] = time.perf_counter() - t0
     r_BxGxT = spa_step_rewards(c_BxGxT, ~arrays.invalid_BxGxT, arrays.mask_BxGxT,
                                progress_coef=s.progress_coef, grounding=s.grounding,
-                               invalid_penalty=c.algo.invalid_penalty)
+                               invalid_penalty=c.algo.invalid_penalty,
+                               grounding_mode=s.grounding_mode)
     adv_BxGxT = np.asarray(spa_advantages(r_BxGxT, jnp.asarray(arrays.mask_BxGxT), s.gamma))
     act = arrays.mask_BxGxT
     m |= {"spa/progress_mean": float(c_BxGxT[act].mean()) if act.any() else 0.0,
           "spa/progress_sum_won": _mean_sum(c_BxGxT, act, arrays.rewards_BxG > 0),
           "spa/progress_sum_lost": _mean_sum(c_BxGxT, act, arrays.rewards_BxG <= 0)}
+    m |= advantage_diagnostics(adv_BxGxT, act, arrays.rewards_BxG > 0)
     rows = groups.rl_rows(batch, adv_BxGxT, c.algo.row_weight)
     return base.Prepared(rows=rows, aux=aux, metrics=m, adv_BxGxT=adv_BxGxT,
                          skip=base.skip_update(adv_BxGxT, c.algo), env_steps=played)
+
+
+def explored_steps(episodes: list[dict]) -> int:
+  """Environment steps of exploration episodes (chunks written before "steps" was kept:
+  their step rows)."""
+  return sum(int(ep.get("steps", len(ep["rows"]))) for ep in episodes)
+
+
+def advantage_diagnostics(adv_BxGxT, mask_BxGxT, won_BxG) -> dict[str, float]:
+  """What issue 26 needed to see, per iteration: "spa/adv_won_minus_lost", the mean
+  advantage of won episodes' steps minus lost ones' in the groups that have both (> 0 when
+  the credit points the right way; NaN without such a group), and
+  "spa/adv_steps_left_corr", the correlation over active steps between a step's advantage
+  and the steps left in its episode (near 1 when the return counts steps, not progress)."""
+  mask = np.asarray(mask_BxGxT, bool)
+  won = np.asarray(won_BxG, bool)
+  mixed_B = won.any(1) & ~won.all(1)
+  w = mask & (won & mixed_B[:, None])[..., None]
+  l = mask & (~won & mixed_B[:, None])[..., None]
+  diff = (float(adv_BxGxT[w].mean() - adv_BxGxT[l].mean()) if w.any() and l.any()
+          else float("nan"))
+  left = mask.sum(-1, keepdims=True) - np.cumsum(mask, -1) + 1  # this step included
+  x, y = adv_BxGxT[mask], left[mask].astype(np.float64)
+  corr = float(np.corrcoef(x, y)[0, 1]) if x.size > 1 and x.std() > 0 and y.std() > 0 \
+      else float("nan")
+  return {"spa/adv_won_minus_lost": diff, "spa/adv_steps_left_corr": corr}
 
 
 def _mean_sum(c_BxGxT, mask_BxGxT, which_BxG) -> float:
