@@ -31,7 +31,9 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import logging
 import os
+import sys
 from typing import Any, Iterable, Mapping
 
 from etils import epath
@@ -39,6 +41,18 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from environments.registry import env_version, make_env
+
+# The launcher's refusals are one line on stderr: tfds's own progress bars and its warning
+# for every custom builder config would surround them. Progress goes to stdout instead.
+tfds.disable_progress_bar()
+
+
+class _QuietCustomConfig(logging.Filter):
+  def filter(self, record: logging.LogRecord) -> bool:
+    return "Using custom data configuration" not in record.getMessage()
+
+
+logging.getLogger("absl").addFilter(_QuietCustomConfig())
 
 SEP = "\n"
 VERSION_FILE = "ENV_VERSION"  # beside the dataset's files: the env_version it was built with
@@ -144,9 +158,16 @@ class ExpertDemos(tfds.core.GeneratorBasedBuilder):
     return {split: self._generate_examples(split, n) for split, n in self.builder_config.num_tasks}
 
   def _generate_examples(self, split: str, n: int):
+    from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
     cfg = self.builder_config
-    for record in collect_demos(cfg.env_name, json.loads(cfg.env_kwargs_json), split, range(n)):
-      yield f"{split}-{record['index']}", record
+    env = make_env(cfg.env_name, **json.loads(cfg.env_kwargs_json))
+    try:
+      for i in tqdm(range(n), desc=f"expert demonstrations ({split})", unit="ep",
+                    file=sys.stdout, leave=False):
+        record = _play_expert(env, cfg.env_name, split, i)
+        yield f"{split}-{record['index']}", record
+    finally:
+      env.close()
 
 
 def build_demos(data_dir: str, env_name: str, env_kwargs: Mapping[str, Any] | None = None,
