@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterator, Mapping
 class Rule:
   what: str | Callable[[], str]  # what is valid, e.g. ">= 1", "in [0, 1]", "one of: a, b"
   ok: Callable[[Any], bool]
+  # Values just outside the range (tests/test_validation.py sets each of them).
+  bad: tuple = ()
 
   @property
   def text(self) -> str:
@@ -35,31 +37,37 @@ class Rule:
 
 
 def ge(lo, note: str = "") -> Rule:
-  return Rule(f">= {lo}{note}", lambda v: v >= lo)
+  return Rule(f">= {lo}{note}", lambda v: v >= lo, (lo - 1, -1e9))
 
 
 def gt(lo, note: str = "") -> Rule:
-  return Rule(f"> {lo}{note}", lambda v: v > lo)
+  return Rule(f"> {lo}{note}", lambda v: v > lo, (lo, lo - 1))
 
 
 def within(lo, hi, *, lo_open: bool = False, hi_open: bool = False, note: str = "") -> Rule:
   text = f"in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}{note}"
-  return Rule(text, lambda v: (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi))
+  bad = (lo - 0.5, hi + 0.5) + ((lo,) if lo_open else ()) + ((hi,) if hi_open else ())
+  return Rule(text, lambda v: (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi),
+              bad)
 
 
 def one_of(names: Callable[[], Any] | tuple, note: str = "") -> Rule:
   """A known name; `names` may be a function (a registry read when checked)."""
   get = names if callable(names) else (lambda: names)
-  return Rule(lambda: f"one of: {', '.join(map(str, get()))}{note}",
-              lambda v: v in tuple(get()))
+
+  def what() -> str:
+    known = [repr(n) for n in get()]
+    return (" or ".join(known) if len(known) <= 2 else f"one of {', '.join(known)}") + note
+
+  return Rule(what, lambda v: v in tuple(get()), ("nosuch",))
 
 
 def nonempty() -> Rule:
-  return Rule("not empty", lambda v: bool(v))
+  return Rule("not empty", lambda v: bool(v), ("",))
 
 
 def off_or_gt(lo, note: str = "") -> Rule:
-  return Rule(f"0 (off) or > {lo}{note}", lambda v: v == 0 or v > lo)
+  return Rule(f"0 (off) or > {lo}{note}", lambda v: v == 0 or v > lo, (lo, -1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +303,26 @@ def leaves(cfg: Any, prefix: str = "") -> Iterator[Leaf]:
       yield Leaf(key, _type_name(hints[f.name]), value, hints[f.name])
 
 
+def declared_keys(cls: type | None = None, prefix: str = "") -> list[str]:
+  """Every dotted key the config dataclasses declare (an optional section both as itself
+  and with its fields), whatever values an experiment gives them."""
+  if cls is None:
+    from csa_jax.config import ExperimentConfig  # pylint: disable=import-outside-toplevel
+    cls = ExperimentConfig
+  out = []
+  hints = typing.get_type_hints(cls)
+  for f in dataclasses.fields(cls):
+    t = hints[f.name]
+    inner = [a for a in typing.get_args(t) if dataclasses.is_dataclass(a)]
+    if dataclasses.is_dataclass(t):
+      out += declared_keys(t, prefix + f.name + ".")
+    else:
+      out.append(prefix + f.name)
+      for a in inner:  # e.g. model.rope_scaling: None or a Llama3RopeScaling
+        out += declared_keys(a, prefix + f.name + ".")
+  return out
+
+
 def field_for(key: str) -> Field | None:
   if key in FIELDS:
     return FIELDS[key]
@@ -326,13 +354,13 @@ def check(cfg: Any) -> None:
   out of its range or an unknown name."""
   from csa_jax.config import ConfigError  # pylint: disable=import-outside-toplevel
   for leaf in leaves(cfg):
-    problem = _type_error(leaf)
     field = FIELDS.get(leaf.key)
-    if problem is None and field is not None and field.rule is not None:
-      if not field.rule.ok(leaf.value):
-        problem = f"must be {field.rule.text}"
+    problem = _type_error(leaf)
     if problem:
       raise ConfigError(f"{leaf.key}={leaf.value!r}: {problem}")
+    if field is not None and field.rule is not None and not field.rule.ok(leaf.value):
+      raise ConfigError(f"{leaf.key} must be {field.rule.text} (got {leaf.value!r}): "
+                        f"{field.help}")
 
 
 def describe(cfg: Any) -> list[tuple[str, str, str, str]]:
