@@ -126,7 +126,9 @@ def main(argv=None) -> int:
   if problem:
     fail(problem)
   ckpt_dir = os.path.join(workdir, "checkpoints")
-  has_ckpt = os.path.isdir(ckpt_dir) and any(d.isdigit() for d in os.listdir(ckpt_dir))
+  from csa_jax import sft_progress
+  has_ckpt = ((os.path.isdir(ckpt_dir) and any(d.isdigit() for d in os.listdir(ckpt_dir)))
+              or sft_progress.exists(workdir))
   if has_ckpt and not args.resume:
     fail(f"{workdir} already holds checkpoints; pass --resume to continue it, or choose "
          "another --workdir")

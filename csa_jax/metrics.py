@@ -87,21 +87,27 @@ class MetricsWriter:
       from tensorboardX import SummaryWriter
       self._tb = SummaryWriter(os.path.join(workdir, "tb"))
 
-  def write(self, step: int, metrics: dict[str, Any]) -> None:
+  def write(self, step: int, metrics: dict[str, Any], tb_step: int | None = None) -> None:
+    """One JSONL line at `step`; TensorBoard gets the values at `tb_step` (default `step`):
+    SFT's curve is logged at RL step 0 with its batch number as the TensorBoard step."""
     clean = {k: float(v) for k, v in metrics.items()}
     self._f.write(json.dumps({"step": int(step), **clean}) + "\n")
     self._f.flush()
     if self._tb is not None:
       for k, v in clean.items():
         if np.isfinite(v):
-          self._tb.add_scalar(k, v, step)
+          self._tb.add_scalar(k, v, step if tb_step is None else tb_step)
       self._tb.flush()
 
   def drop_after(self, step: int) -> None:
     """Removes the JSONL lines of steps after `step` (resuming from a checkpoint there),
     and a last line cut short by a kill mid-write."""
+    self.keep(lambda r: r["step"] <= step)
+
+  def keep(self, predicate) -> None:
+    """Keeps only the JSONL lines (records) for which `predicate` is true."""
     self._f.close()
-    kept = [r for r in read_jsonl(self.path, tolerate_partial_last=True) if r["step"] <= step]
+    kept = [r for r in read_jsonl(self.path, tolerate_partial_last=True) if predicate(r)]
     with open(self.path, "w") as f:
       f.writelines(json.dumps(r) + "\n" for r in kept)
     self._f = open(self.path, "a")
@@ -118,11 +124,14 @@ class NullWriter:
   def __init__(self, workdir: str):
     self.path = os.path.join(workdir, "metrics.jsonl")
 
-  def write(self, step: int, metrics: dict[str, Any]) -> None:
-    del step, metrics
+  def write(self, step: int, metrics: dict[str, Any], tb_step: int | None = None) -> None:
+    del step, metrics, tb_step
 
   def drop_after(self, step: int) -> None:
     del step
+
+  def keep(self, predicate) -> None:
+    del predicate
 
   def close(self) -> None:
     pass
