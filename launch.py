@@ -6,8 +6,9 @@ devices, --resume without a checkpoint, an environment argument, split or task r
 environment refuses, a model directory that does not load, budgets too small for the
 environment's prompts or actions, a demonstrations cache from another environment
 version) ends with one line that says what is wrong, exit code 2, and nothing written.
-SIGTERM or Ctrl-C stop the run after the current RL iteration with a checkpoint saved
-(exit code 128 + the signal) and say how to continue; a second signal exits at once.
+SIGTERM or Ctrl-C stop the run after the current SFT batch or RL iteration with its
+progress saved (exit code 128 + the signal) and say how to continue (`--resume`); a second
+signal exits at once.
 `--dry-run` compiles the run's programs on the mesh without weights and prints the
 per-device memory plan (csa_jax/dry_run.py). `--show-config` prints every config key of the
 experiment with its type, value, valid range and help (csa_jax/config_fields.py); `--list`
@@ -31,7 +32,7 @@ import sys
 
 def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--exp", default="quickstart", help="experiment name (see --list)")
+  p.add_argument("--exp", default=None, help="experiment name (see --list; default quickstart)")
   p.add_argument("--list", nargs="?", const="", default=None, metavar="FAMILY",
                  help="list the experiment families (CPU or accelerator, whether they need "
                       "model_path), or with FAMILY its experiments, and exit")
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
   if args.step is not None or args.sample:
     fail("--step and --sample go with --eval, --export-hf or --play")
   try:
-    cfg = experiments.get_experiment(args.exp)
+    cfg = experiments.get_experiment(args.exp or "quickstart")
     if args.mesh is not None:
       cfg = dataclasses.replace(cfg, mesh=args.mesh)
     cfg = apply_overrides(validate(cfg), args.overrides)
@@ -177,7 +178,7 @@ def after_training(args) -> int:
   from csa_jax.workdir import unwritable
   if not args.workdir:
     fail("--eval, --export-hf and --play need --workdir RUN (a run directory of launch.py)")
-  if args.exp != "quickstart" or args.resume or args.dry_run or args.show_config:
+  if args.exp is not None or args.resume or args.dry_run or args.show_config:
     fail("--eval, --export-hf and --play read the run's own config.json: drop --exp, "
          "--resume, --dry-run and --show-config (--set still applies)")
   if args.play is not None and args.play < 1:

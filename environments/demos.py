@@ -160,14 +160,12 @@ class ExpertDemos(tfds.core.GeneratorBasedBuilder):
   def _generate_examples(self, split: str, n: int):
     from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
     cfg = self.builder_config
-    env = make_env(cfg.env_name, **json.loads(cfg.env_kwargs_json))
-    try:
-      for i in tqdm(range(n), desc=f"expert demonstrations ({split})", unit="ep",
-                    file=sys.stdout, leave=False):
-        record = _play_expert(env, cfg.env_name, split, i)
-        yield f"{split}-{record['index']}", record
-    finally:
-      env.close()
+    # All episodes first, the environment closed, then the records: a generator holding
+    # the environment open until tfds drops it can keep an engine's threads (the JVM) alive.
+    indices = tqdm(range(n), desc=f"expert demonstrations ({split})", unit="ep",
+                   file=sys.stdout, leave=False)
+    for record in collect_demos(cfg.env_name, json.loads(cfg.env_kwargs_json), split, indices):
+      yield f"{split}-{record['index']}", record
 
 
 def build_demos(data_dir: str, env_name: str, env_kwargs: Mapping[str, Any] | None = None,

@@ -261,9 +261,23 @@ def test_a_budget_too_small_is_one_line_on_stderr(tmp_path):
           "rollout.max_prompt_tokens=8", f"sft.demos_dir={tmp_path / 'demos'}",
           "sft.num_demos=4", "env.kwargs.step_limit=4", "rollout.num_envs=2",
           "eval.num_episodes=2")],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)
+      cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert out.returncode == 2, out.stderr[-2000:]
   lines = out.stderr.strip().splitlines()
   assert len(lines) == 1, out.stderr
   assert lines[0].startswith("launch.py: error: rollout.max_prompt_tokens=8 cannot hold")
   assert not os.path.exists(work)
+
+
+def test_swe_names_pytest_when_it_is_missing(capsys, monkeypatch):
+  """The swe environment grades with pytest: without it, one line says what to install."""
+  import importlib.util
+  real = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, "find_spec",
+                      lambda name, *a: None if name == "pytest" else real(name, *a))
+  with pytest.raises(SystemExit) as e:
+    demo.main(["swe", "--expert", "1", "--random", "0"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert e.value.code == 2 and len(err) == 1, err
+  assert "grades with pytest, which is not installed" in err[0]
+  assert "requirements.txt" in err[0]
