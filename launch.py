@@ -6,10 +6,18 @@ devices, --resume without a checkpoint, an environment argument, split or task r
 environment refuses, a model directory that does not load, budgets too small for the
 environment's prompts or actions, a demonstrations cache from another environment
 version) ends with one line that says what is wrong, exit code 2, and nothing written.
-SIGTERM or Ctrl-C stop the run after the current RL iteration with a checkpoint saved
-(exit code 128 + the signal) and say how to continue; a second signal exits at once.
+SIGTERM or Ctrl-C stop the run after the current SFT batch or RL iteration with its
+progress saved (exit code 128 + the signal) and say how to continue (`--resume`); a second
+signal exits at once.
 `--dry-run` compiles the run's programs on the mesh without weights and prints the
-per-device memory plan (csa_jax/dry_run.py).
+per-device memory plan (csa_jax/dry_run.py). `--show-config` prints every config key of the
+experiment with its type, value, valid range and help (csa_jax/config_fields.py); `--list`
+the experiments by family.
+
+After training (csa_jax/posttrain.py), on a run directory:
+  python launch.py --workdir RUN --eval [--step N|sft]   held-out evaluation, per episode
+  python launch.py --workdir RUN --export-hf DIR         a Hugging Face checkpoint
+  python launch.py --workdir RUN --play 3 [--sample]     watch the policy play
 """
 
 from __future__ import annotations
@@ -24,8 +32,13 @@ import sys
 
 def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--exp", default="quickstart", help="experiment name (see --list)")
-  p.add_argument("--list", action="store_true", help="list the experiments and exit")
+  p.add_argument("--exp", default=None, help="experiment name (see --list; default quickstart)")
+  p.add_argument("--list", nargs="?", const="", default=None, metavar="FAMILY",
+                 help="list the experiment families (CPU or accelerator, whether they need "
+                      "model_path), or with FAMILY its experiments, and exit")
+  p.add_argument("--show-config", action="store_true",
+                 help="print every config key of the experiment (after --set) with its type, "
+                      "value, valid values and help, and exit")
   p.add_argument("--mesh", default=None, help="device mesh DATAxMODEL, e.g. 4x2 (default 1x1)")
   p.add_argument("--workdir", default=None, help="output directory (default runs/EXP)")
   p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -35,6 +48,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                  help="compile the sampler, SFT and RL steps ahead of time on the mesh with "
                       "abstract arrays, print per-device memory and exit (no weights, no "
                       "environment, nothing written; exit 1 if it does not fit)")
+  after = p.add_argument_group("after training (on --workdir RUN, a finished or stopped run)")
+  after.add_argument("--eval", action="store_true",
+                     help="evaluate the saved policy on the held-out tasks, greedy and "
+                          "sampled, per episode (RUN/eval/step_N.json); --set eval.* changes "
+                          "the tasks")
+  after.add_argument("--export-hf", default=None, metavar="DIR",
+                     help="write the saved policy as a Hugging Face checkpoint to DIR")
+  after.add_argument("--play", type=int, default=None, metavar="N",
+                     help="play N held-out episodes with the saved policy and print them")
+  after.add_argument("--sample", action="store_true",
+                     help="--play with sampled actions (eval.temperature) instead of greedy")
+  after.add_argument("--step", default=None, metavar="N|sft",
+                     help="the checkpoint to use: an RL step, or sft (default: the newest)")
   return p.parse_args(argv)
 
 
@@ -55,17 +81,31 @@ def main(argv=None) -> int:
   import experiments
   from csa_jax.config import ConfigError, apply_overrides, validate
 
-  if args.list:
-    for name, doc in experiments.list_experiments().items():
-      print(f"{name:28s} {doc}")
+  if args.list is not None:
+    from csa_jax import catalog
+    try:
+      print(catalog.listing(args.list))
+    except KeyError as e:
+      fail(e.args[0])
     return 0
+  if args.eval or args.export_hf is not None or args.play is not None:
+    return after_training(args)
+  if args.step is not None or args.sample:
+    fail("--step and --sample go with --eval, --export-hf or --play")
   try:
-    cfg = experiments.get_experiment(args.exp)
+    cfg = experiments.get_experiment(args.exp or "quickstart")
     if args.mesh is not None:
       cfg = dataclasses.replace(cfg, mesh=args.mesh)
     cfg = apply_overrides(validate(cfg), args.overrides)
   except (KeyError, ConfigError) as e:
-    fail(str(e).strip("'\""))
+    fail(e.args[0] if isinstance(e, KeyError) and e.args else str(e))
+
+  if args.show_config:
+    from csa_jax import config_fields
+    print(f"# {cfg.name}: every key (--set KEY=VALUE), its type, value and help "
+          "[valid values]")
+    print(config_fields.format_table(config_fields.describe(cfg)))
+    return 0
 
   from csa_jax import mesh as mesh_lib
   mesh_lib.maybe_initialize_distributed()
@@ -82,8 +122,14 @@ def main(argv=None) -> int:
          "experiments")
 
   workdir = args.workdir or os.path.join("runs", cfg.name)
+  from csa_jax.workdir import unwritable
+  problem = unwritable(workdir)
+  if problem:
+    fail(problem)
   ckpt_dir = os.path.join(workdir, "checkpoints")
-  has_ckpt = os.path.isdir(ckpt_dir) and any(d.isdigit() for d in os.listdir(ckpt_dir))
+  from csa_jax import sft_progress
+  has_ckpt = ((os.path.isdir(ckpt_dir) and any(d.isdigit() for d in os.listdir(ckpt_dir)))
+              or sft_progress.exists(workdir))
   if has_ckpt and not args.resume:
     fail(f"{workdir} already holds checkpoints; pass --resume to continue it, or choose "
          "another --workdir")
@@ -124,6 +170,42 @@ def main(argv=None) -> int:
   print(summary_table(summary, cfg.env.eval_split))
   print(f"\nwritten to {workdir}: metrics.jsonl, tb/, learning_curve.png, config.json, "
         "tokenizer.json, checkpoints/")
+  return 0
+
+
+def after_training(args) -> int:
+  """--eval, --export-hf DIR, --play N on the run in --workdir (csa_jax/posttrain.py)."""
+  from csa_jax import posttrain
+  from csa_jax.config import ConfigError
+  from csa_jax.workdir import unwritable
+  if not args.workdir:
+    fail("--eval, --export-hf and --play need --workdir RUN (a run directory of launch.py)")
+  if args.exp is not None or args.resume or args.dry_run or args.show_config:
+    fail("--eval, --export-hf and --play read the run's own config.json: drop --exp, "
+         "--resume, --dry-run and --show-config (--set still applies)")
+  if args.play is not None and args.play < 1:
+    fail(f"--play {args.play}: the number of episodes must be >= 1")
+  try:
+    if args.export_hf is not None:
+      posttrain.check_export_dir(args.export_hf)
+    if args.eval:
+      problem = unwritable(args.workdir)
+      if problem:
+        fail(problem)
+    saved = posttrain.load(args.workdir, args.step, args.overrides, args.mesh)
+  except ConfigError as e:
+    fail(str(e))
+  print(f"{args.workdir}: {saved.cfg.name}, {method_name(saved.cfg)}, checkpoint {saved.step}")
+  if args.export_hf is not None:
+    files = posttrain.export_hf(saved, args.export_hf)
+    print(f"exported to {args.export_hf}: {', '.join(files)}")
+  if args.play is not None:
+    for traj in posttrain.play(saved, args.play, greedy=not args.sample):
+      print(posttrain.format_episode(traj, saved.tok, greedy=not args.sample))
+  if args.eval:
+    result = posttrain.evaluate(saved)
+    print(posttrain.eval_report(result))
+    print(f"\nwritten to {posttrain.write_eval(saved, result)}")
   return 0
 
 

@@ -375,7 +375,10 @@ def apply_overrides(cfg: ExperimentConfig, pairs: list[str]) -> ExperimentConfig
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
-  """Cross-field checks that no single dataclass can make."""
+  """Every leaf's type and range (csa_jax/config_fields.py), then cross-field checks that
+  no single dataclass can make."""
+  from csa_jax import config_fields  # pylint: disable=import-outside-toplevel
+  config_fields.check(cfg)
   r, a = cfg.rollout, cfg.algo
   checks = [
       (r.group_size >= 2, f"rollout.group_size must be >= 2 (got {r.group_size}): "
@@ -400,6 +403,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        "rollout.top_k/top_p truncate the sampling distribution, so a token the updated "
        "policy no longer keeps gets ratio 0/inf; use temperature only for RL rollouts"),
       (r.temperature > 0, "rollout.temperature must be > 0"),
+      (cfg.model_path or cfg.tokenizer.vocab_size <= cfg.model.vocab_size,
+       f"tokenizer.vocab_size={cfg.tokenizer.vocab_size} exceeds model.vocab_size="
+       f"{cfg.model.vocab_size} (the embedding must hold every token)"),
       (cfg.env.pool_backend in ("thread", "process"), "env.pool_backend must be 'thread' or 'process'"),
       (not cfg.model_path or os.path.isdir(cfg.model_path),
        f"model_path {cfg.model_path!r} is not a directory (a local Hugging Face checkpoint)"),

@@ -133,14 +133,16 @@ class MetricsWriter:
       from tensorboardX import SummaryWriter
       self._tb = SummaryWriter(os.path.join(workdir, "tb"))
 
-  def write(self, step: int, metrics: dict[str, Any]) -> None:
+  def write(self, step: int, metrics: dict[str, Any], tb_step: int | None = None) -> None:
+    """One JSONL line at `step`; TensorBoard gets the values at `tb_step` (default `step`):
+    SFT's curve is logged at RL step 0 with its batch number as the TensorBoard step."""
     clean = {k: float(v) for k, v in metrics.items()}
     self._f.write(json.dumps({"step": int(step), **clean}) + "\n")
     self._f.flush()
     if self._tb is not None:
       for k, v in clean.items():
         if np.isfinite(v):
-          self._tb.add_scalar(k, v, step)
+          self._tb.add_scalar(k, v, step if tb_step is None else tb_step)
       self._tb.flush()
 
   def episodes(self, records: list[dict[str, Any]]) -> None:
@@ -149,15 +151,19 @@ class MetricsWriter:
   def drop_after(self, step: int) -> None:
     """Removes the JSONL lines of steps after `step` (resuming from a checkpoint there),
     and a last line cut short by a kill mid-write; the same for episode records."""
-    self._f.close()
-    kept = [r for r in read_jsonl(self.path, tolerate_partial_last=True) if r["step"] <= step]
-    with open(self.path, "w") as f:
-      f.writelines(json.dumps(r) + "\n" for r in kept)
-    self._f = open(self.path, "a")
+    self.keep(lambda r: r["step"] <= step)
     if os.path.exists(self.episodes_path):
       kept = [r for r in read_jsonl(self.episodes_path) if r["step"] <= step]
       with open(self.episodes_path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in kept)
+
+  def keep(self, predicate) -> None:
+    """Keeps only the metrics lines (records) for which `predicate` is true."""
+    self._f.close()
+    kept = [r for r in read_jsonl(self.path, tolerate_partial_last=True) if predicate(r)]
+    with open(self.path, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in kept)
+    self._f = open(self.path, "a")
 
   def close(self) -> None:
     self._f.close()
@@ -171,14 +177,17 @@ class NullWriter:
   def __init__(self, workdir: str):
     self.path = os.path.join(workdir, "metrics.jsonl")
 
-  def write(self, step: int, metrics: dict[str, Any]) -> None:
-    del step, metrics
+  def write(self, step: int, metrics: dict[str, Any], tb_step: int | None = None) -> None:
+    del step, metrics, tb_step
 
   def episodes(self, records: list[dict[str, Any]]) -> None:
     del records
 
   def drop_after(self, step: int) -> None:
     del step
+
+  def keep(self, predicate) -> None:
+    del predicate
 
   def close(self) -> None:
     pass

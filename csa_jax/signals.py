@@ -17,13 +17,20 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Interrupted(Exception):
-  """The run stopped on a signal; `saved` says where it can be resumed from (or None)."""
+  """The run stopped on a signal; `saved` says where it can be resumed from (or None).
+  `during`: where in SFT it stopped (then `saved` holds SFT's progress, not an RL
+  checkpoint)."""
 
-  def __init__(self, signum: int, saved: str | None, iteration: int | None):
+  def __init__(self, signum: int, saved: str | None, iteration: int | None,
+               during: str | None = None):
     self.signum, self.saved, self.iteration = signum, saved, iteration
     name = signal.Signals(signum).name
-    where = (f"after RL iteration {iteration}; checkpoint saved in {saved}" if saved
-             else "before the first checkpoint; nothing to resume")
+    if during:
+      where = (f"during SFT, {during}; its progress is saved in {saved}" if saved
+               else f"during SFT, {during}; nothing saved, SFT restarts from the beginning")
+    else:
+      where = (f"after RL iteration {iteration}; checkpoint saved in {saved}" if saved
+               else "before the first checkpoint; nothing to resume")
     super().__init__(f"stopped by {name} {where}")
 
   @property
@@ -45,8 +52,9 @@ class StopOnSignal:
             file=sys.stderr, flush=True)
       os._exit(128 + signum)  # no unwinding: env threads or a save may hang otherwise
     self.requested = signum
-    print(f"\n{signal.Signals(signum).name}: stopping after this iteration and saving a "
-          "checkpoint (send it again to exit at once)", file=sys.stderr, flush=True)
+    print(f"\n{signal.Signals(signum).name}: stopping after this SFT batch or RL iteration "
+          "and saving a checkpoint (send it again to exit at once)", file=sys.stderr,
+          flush=True)
 
   def __enter__(self) -> StopOnSignal:
     # Handlers can only be installed from the main thread (a run driven from a worker

@@ -31,7 +31,9 @@ from csa_jax import groups
 from csa_jax import mesh as mesh_lib
 from csa_jax import metrics as metrics_lib
 from csa_jax import perf as perf_lib
+from csa_jax import provenance
 from csa_jax import rollout as rollout_lib
+from csa_jax import sft_progress
 from csa_jax import train_step as ts
 from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.config import ExperimentConfig, demos_dir, micro_batches, to_dict
@@ -65,11 +67,12 @@ class Trainer:
       raise SetupError(str(e)) from None
     self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"))
     self.sft_ckpt = Checkpointer(os.path.join(self.workdir, "sft"), max_to_keep=1)
-    if self.resume and self.ckpt.latest_step() is None:
+    if (self.resume and self.ckpt.latest_step() is None
+        and not sft_progress.exists(self.workdir)):
       raise CheckpointError(f"--resume: no checkpoint in {self.ckpt.directory}")
     if dist.is_writer():
       with open(os.path.join(self.workdir, "config.json"), "w") as f:
-        json.dump(to_dict(c), f, indent=2)
+        json.dump(to_dict(c) | {"provenance": provenance.record()}, f, indent=2)
     self.writer = (metrics_lib.MetricsWriter(self.workdir) if dist.is_writer()
                    else metrics_lib.NullWriter(self.workdir))
     self.np_rng = np.random.default_rng(c.seed)
@@ -167,26 +170,48 @@ class Trainer:
   # -- phases --------------------------------------------------------------------------
 
   def _sft(self, graphdef, params, tok, records) -> Any:
+    """Behaviour cloning; sft/nll every `log_every` batches (a curve in TensorBoard at the
+    batch number). Stopped by a signal, it saves its progress (csa_jax/sft_progress.py),
+    which `--resume` continues from."""
     c = self.cfg
     rows = demo_rows(records, tok, c, self.fmt)
     ds = self._batches(rows, c.sft.batch_size, seed=c.seed, epochs=c.sft.epochs, phase="sft")
     tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
     state = self._fresh_state(params, tx)
     step = ts.make_sft_step(graphdef, tx, micro_batches(c.optim, c.sft.batch_size))
-    metrics, tokens = {}, np.zeros(2)
-    with tqdm(total=len(ds), desc="sft", unit="batch") as bar:
+    metrics, tokens, start, total = {}, np.zeros(2), 0, len(ds)
+    if sft_progress.exists(self.workdir):
+      state, meta = sft_progress.restore(self.workdir, state)
+      start, tokens = int(meta["batch"]), np.asarray(meta["tokens"], np.float64)
+      self.guard.load(meta["nonfinite"])
+      print(f"SFT continues at batch {start + 1} of {total} "
+            f"({sft_progress.directory(self.workdir)})")
+    # Curve lines of an abandoned attempt past this point would repeat.
+    self.writer.keep(lambda r: r.get("sft/batch", start + 1) <= start)
+    per_epoch = max(total // max(c.sft.epochs, 1), 1)
+    with tqdm(total=total, initial=start, desc="sft", unit="batch") as bar:
       for i, batch in enumerate(data_lib.iterate(ds)):
+        if i < start:  # done before the stop: the same seeded order, skipped
+          continue
         tokens += data_lib.token_counts(batch)
         state, metrics = step(state, self._to_device(batch))
         self.guard.observe(metrics, f"SFT batch {i + 1}")
+        if (i + 1) % c.log_every == 0 or i + 1 == total:
+          self.writer.write(0, {"sft/nll": float(metrics["nll"]), "sft/batch": i + 1,
+                                "sft/epoch": i / per_epoch}, tb_step=i + 1)
         requested = dist.agree_stop(self.stop.requested)
-        if requested:  # SFT is not checkpointed midway: abandon it
-          raise Interrupted(requested, None, None)
+        if requested:
+          saved = None
+          if dist.is_writer() and not dist.multi():
+            saved = sft_progress.save(self.workdir, state, {
+                "batch": i + 1, "tokens": tokens.tolist(), "nonfinite": self.guard.state()})
+          raise Interrupted(requested, saved, None, during=f"after batch {i + 1} of {total}")
         bar.update()
         bar.set_postfix(nll=f"{float(metrics['nll']):.3f}")
     self.writer.write(0, {f"sft/{k}": float(v) for k, v in metrics.items()} |
                       {"sft/rows": len(rows), "sft/demos": len(records),
-                       "sft/pad_frac": 1.0 - tokens[0] / max(tokens[1], 1)})
+                       "sft/pad_frac": 1.0 - tokens[0] / max(tokens[1], 1)}, tb_step=total)
+    sft_progress.remove(self.workdir)
     return state.params
 
   def _fresh_state(self, params, tx) -> ts.TrainState:
@@ -358,7 +383,7 @@ class Trainer:
             key=dist.process_key(jax.random.fold_in(key, 2 + greedy)), mesh=live.mesh,
             temperature=c.eval.temperature)
     meta = {"phase": "start", "iteration": 0}
-    if self.resume:
+    if self.resume and self.ckpt.latest_step() is not None:  # else SFT's progress, if any
       state, meta = self._restore(state)
       live.update(state.params)
       if (meta["phase"] == "done" and c.rl_iterations > int(meta["iteration"])

@@ -31,7 +31,9 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import logging
 import os
+import sys
 from typing import Any, Iterable, Mapping
 
 from etils import epath
@@ -39,6 +41,18 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from environments.registry import env_version, make_env
+
+# The launcher's refusals are one line on stderr: tfds's own progress bars and its warning
+# for every custom builder config would surround them. Progress goes to stdout instead.
+tfds.disable_progress_bar()
+
+
+class _QuietCustomConfig(logging.Filter):
+  def filter(self, record: logging.LogRecord) -> bool:
+    return "Using custom data configuration" not in record.getMessage()
+
+
+logging.getLogger("absl").addFilter(_QuietCustomConfig())
 
 SEP = "\n"
 VERSION_FILE = "ENV_VERSION"  # beside the dataset's files: the env_version it was built with
@@ -144,8 +158,13 @@ class ExpertDemos(tfds.core.GeneratorBasedBuilder):
     return {split: self._generate_examples(split, n) for split, n in self.builder_config.num_tasks}
 
   def _generate_examples(self, split: str, n: int):
+    from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
     cfg = self.builder_config
-    for record in collect_demos(cfg.env_name, json.loads(cfg.env_kwargs_json), split, range(n)):
+    # All episodes first, the environment closed, then the records: a generator holding
+    # the environment open until tfds drops it can keep an engine's threads (the JVM) alive.
+    indices = tqdm(range(n), desc=f"expert demonstrations ({split})", unit="ep",
+                   file=sys.stdout, leave=False)
+    for record in collect_demos(cfg.env_name, json.loads(cfg.env_kwargs_json), split, indices):
       yield f"{split}-{record['index']}", record
 
 

@@ -45,7 +45,7 @@ VARIANTS: dict[str, dict] = {
     # SPA-RL: its grounding bonus for executed actions takes the invalid penalty's place.
     "spa": GRPO | dict(method="spa", invalid_penalty=0.0),
     # Multi-turn DPO: the DPO loss alone, whose beta anchors it to the SFT reference.
-    "mtdpo": GRPO | dict(method="mtdpo", kl_coef=0.0),
+    "mtdpo": GRPO | dict(method="mtdpo", kl_coef=0.0, entropy_coef=0.0),
 }
 
 

@@ -1,6 +1,7 @@
 """The credit-accuracy study's report: analysed directories -> reports/NAME.md, CSV, plots.
 
     python -m studies.credit --report runs/credit/study/* --name credit
+    python -m studies.credit --report reports/credit/runs/*    # from the committed runs
 
 Reads each directory's `meta.json` and `results.csv` (written by `studies.credit`),
 copies them under reports/NAME/runs/RUN/ (small; the rollouts .npz stay under runs/), writes
@@ -23,6 +24,28 @@ from studies.report import _plt
 METRIC_NAMES = {"spearman": "Spearman (all steps)", "spearman_failed": "Spearman (failed eps.)",
                 "spearman_won": "Spearman (won eps.)", "auc": "AUC progress vs rest"}
 MAIN_G = 8
+AXIS_LABELS = {"spearman": "Spearman rho, advantage vs oracle label",
+               "spearman_failed": "Spearman rho (failed episodes)",
+               "spearman_won": "Spearman rho (won episodes)",
+               "auc": "AUC, progress steps vs the rest"}
+# Bar colours by estimator family (the legend of the metrics plot).
+FAMILY_COLOURS = (("CSA variants", "tab:red"), ("GiGPO", "tab:blue"),
+                  ("episode-level (GRPO, RLOO, ...)", "tab:gray"))
+
+
+def _colour(est: str) -> str:
+  return "tab:red" if est.startswith("csa") else "tab:blue" if "gigpo" in est else "tab:gray"
+
+
+NA_TEXT = {"spearman_won": "n/a: no won episodes\nwith labelled steps",
+           "spearman_failed": "n/a: no failed episodes\nwith labelled steps"}
+
+
+def _na(ax, metric: str) -> None:
+  """A panel without data: says so, with no axis to misread as zero."""
+  ax.text(0.5, 0.5, NA_TEXT.get(metric, "n/a: too few labelled steps"), transform=ax.transAxes,
+          ha="center", va="center", fontsize=9, color="0.4")
+  ax.set_yticks([])
 
 
 def _ci(v, lo, hi) -> str:
@@ -94,27 +117,40 @@ def g_table(rows: list[dict], metric: str) -> str:
 
 
 def plot_metrics(runs, g: int, png: str) -> None:
+  """Every estimator's value of each metric at group size g, one row of panels per run,
+  with 95% bootstrap intervals; a panel without data says n/a (no bars drawn as zero),
+  and so does a single estimator without a value."""
   plt = _plt()
+  from matplotlib.patches import Patch  # pylint: disable=import-outside-toplevel
   ests = list(ESTIMATORS)
-  fig, axes = plt.subplots(len(runs), len(METRIC_NAMES), figsize=(4 * len(METRIC_NAMES), 2.8 * len(runs)),
+  fig, axes = plt.subplots(len(runs), len(METRIC_NAMES), figsize=(4 * len(METRIC_NAMES), 2.9 * len(runs) + 0.5),
                            squeeze=False)
   for i, (meta, rows) in enumerate(runs):
     for j, (m, title) in enumerate(METRIC_NAMES.items()):
       ax = axes[i][j]
       vals = [next((r for r in rows if r["G"] == g and r["estimator"] == e and r["metric"] == m), None)
               for e in ests]
-      v = np.array([r["value"] if r else np.nan for r in vals])
-      lo = np.array([r["lo"] if r else np.nan for r in vals])
-      hi = np.array([r["hi"] if r else np.nan for r in vals])
-      err = np.nan_to_num(np.vstack([v - lo, hi - v]), nan=0.0)
-      colors = ["tab:red" if e.startswith("csa") else "tab:blue" if "gigpo" in e else "tab:gray"
-                for e in ests]
-      ax.bar(range(len(ests)), np.nan_to_num(v), yerr=err, color=colors, capsize=2)
-      ax.axhline(0.5 if m == "auc" else 0.0, color="k", lw=0.6)
+      v = np.array([r["value"] if r else np.nan for r in vals], np.float64)
+      lo = np.array([r["lo"] if r else np.nan for r in vals], np.float64)
+      hi = np.array([r["hi"] if r else np.nan for r in vals], np.float64)
+      ax.set_title(f"{meta['run']}: {title}", fontsize=8)
+      ax.set_ylabel(AXIS_LABELS[m], fontsize=7)
       ax.set_xticks(range(len(ests)))
       ax.set_xticklabels(ests, rotation=70, fontsize=7)
-      ax.set_title(f"{meta['run']}: {title}", fontsize=8)
-  fig.tight_layout()
+      if not np.isfinite(v).any():
+        _na(ax, m)
+        continue
+      ok = np.isfinite(v)
+      err = np.nan_to_num(np.vstack([v - lo, hi - v]), nan=0.0)
+      ax.bar(np.arange(len(ests))[ok], v[ok], yerr=err[:, ok], capsize=2,
+             color=[_colour(e) for e, k in zip(ests, ok) if k])
+      ax.axhline(0.5 if m == "auc" else 0.0, color="k", lw=0.6)
+      for x in np.flatnonzero(~ok):
+        ax.text(x, 0.5 if m == "auc" else 0.0, "n/a", ha="center", va="bottom", fontsize=6,
+                rotation=90, color="0.4")
+  fig.legend(handles=[Patch(color=c, label=name) for name, c in FAMILY_COLOURS],
+             loc="upper center", ncol=len(FAMILY_COLOURS), fontsize=8, frameon=False)
+  fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
   fig.savefig(png, dpi=110)
   plt.close(fig)
 
@@ -122,23 +158,34 @@ def plot_metrics(runs, g: int, png: str) -> None:
 def plot_vs_g(runs, png: str, show=("grpo", "rloo", "csa_lam0.5", "csa_lam1", "csa_step", "gigpo",
                                     "csa_gigpo")) -> None:
   plt = _plt()
-  fig, axes = plt.subplots(len(runs), 2, figsize=(9, 2.8 * len(runs)), squeeze=False)
+  fig, axes = plt.subplots(len(runs), 2, figsize=(9, 2.9 * len(runs) + 0.5), squeeze=False)
+  handles = {}
   for i, (meta, rows) in enumerate(runs):
     for j, m in enumerate(("spearman", "auc")):
       ax = axes[i][j]
+      drawn = 0
       for e in show:
         pts = sorted((r["G"], r["value"], r["lo"], r["hi"]) for r in rows
-                     if r["estimator"] == e and r["metric"] == m)
+                     if r["estimator"] == e and r["metric"] == m and np.isfinite(r["value"]))
         if pts:
           g, v, lo, hi = map(np.array, zip(*pts))
-          ax.errorbar(g, v, yerr=np.nan_to_num(np.vstack([v - lo, hi - v])), marker="o",
-                      label=e, capsize=2)
+          handles[e] = ax.errorbar(g, v, yerr=np.nan_to_num(np.vstack([v - lo, hi - v])),
+                                   marker="o", label=e, capsize=2,
+                                   color=f"C{show.index(e)}")
+          drawn += 1
       ax.set_xscale("log", base=2)
+      gs = sorted({int(r["G"]) for r in rows})
+      ax.set_xticks(gs, [str(x) for x in gs])
       ax.set_xlabel("G (rollouts per group)")
+      ax.set_ylabel(AXIS_LABELS[m], fontsize=7)
       ax.set_title(f"{meta['run']}: {METRIC_NAMES[m]}", fontsize=8)
-      if i == 0 and j == 1:
-        ax.legend(fontsize=6)
-  fig.tight_layout()
+      if not drawn:
+        _na(ax, m)
+      else:
+        ax.axhline(0.5 if m == "auc" else 0.0, color="k", lw=0.6)
+  fig.legend(handles=[handles[e] for e in show if e in handles], loc="upper center",
+             ncol=len(handles) or 1, fontsize=8, frameon=False)
+  fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
   fig.savefig(png, dpi=110)
   plt.close(fig)
 
@@ -153,8 +200,12 @@ def write_report(dirs: list[str], name: str, reports_dir: str = "reports") -> st
   for meta, rows in runs:
     dst = os.path.join(out_dir, "runs", meta["run"])
     os.makedirs(dst, exist_ok=True)
+    src = next(d for d in dirs if os.path.basename(os.path.normpath(d)) == meta["run"])
     for f in ("meta.json", "results.csv"):
-      shutil.copy(os.path.join(next(d for d in dirs if os.path.basename(os.path.normpath(d)) == meta["run"]), f), dst)
+      if os.path.exists(os.path.join(dst, f)) and os.path.samefile(os.path.join(src, f),
+                                                                   os.path.join(dst, f)):
+        continue  # regenerating from the committed copies (reports/NAME/runs/*)
+      shutil.copy(os.path.join(src, f), dst)
     all_rows += rows
   write_csv(all_rows, os.path.join(out_dir, "summary.csv"))
   plot_metrics(runs, MAIN_G, os.path.join(out_dir, f"metrics_G{MAIN_G}.png"))

@@ -40,6 +40,7 @@ copy with `run git checkout -q -- . && git clean -fdq` and starts the plan again
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -82,6 +83,11 @@ class SweEnv(TextEnv):
     self._step_limit = step_limit
     self._max_obs = max_obs_chars
     self._oracle = bool(oracle_labels)
+    # Grading runs the repository's tests with `python -m pytest` (grading.py): a
+    # run-time dependency of this environment (requirements.txt), not only of the suite.
+    if importlib.util.find_spec("pytest") is None:
+      raise ValueError("the swe environment grades with pytest, which is not installed: "
+                       "pip install -r requirements.txt (or pip install pytest)")
     if source == "synth":
       self._synth = synth.SynthTasks(cache_dir or _default_cache(), seed, self._mechanism)
       self._repos_dir = self._synth.repos_dir

@@ -358,9 +358,11 @@ class SynthTasks:
       _copy_package(tree)
       os.makedirs(self.repos_dir, exist_ok=True)
       commit = grading.init_snapshot(tree, os.path.join(self.repo, ".git"))
-      status, _ = _run_suite(self._scratch_copy(tree), self.mechanism)
+      status, log = _run_suite(self._scratch_copy(tree), self.mechanism)
       if not status or any(s not in ("PASSED", "SKIPPED", "XFAIL") for s in status.values()):
-        raise RuntimeError(f"{PACKAGE}'s own suite does not pass here: {status}")
+        last = (log.strip().splitlines() or ["no output"])[-1][:200]
+        raise RuntimeError(f"{PACKAGE}'s own suite does not pass here: "
+                           f"{status or 'no test ran'} (last line of its log: {last})")
       with open(meta, "w") as f:
         json.dump({"commit": commit, "status": status}, f)
     with open(meta) as f:

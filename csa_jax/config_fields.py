@@ -1,0 +1,389 @@
+"""Every config leaf: the values it accepts and one line of help.
+
+`FIELDS` maps each dotted key of `ExperimentConfig` (csa_jax/config.py) to a `Field`: a
+one-line help and, for a leaf whose values have a range or a set of names, a rule.
+`check(cfg)` runs on every config the launcher builds (`config.validate` calls it): a
+value of the wrong type, a float that is not finite, a number out of range or an unknown
+name is a `ConfigError` that names the key, the value and what is valid, before anything
+runs. `describe(cfg)` lists every leaf with its type, value, valid range and help
+(`launch.py --show-config`).
+
+Adding a field to a config dataclass: add its entry here (tests/test_validation.py fails
+for a leaf without one). Rules that involve several fields stay in `config.validate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Any, Callable, Iterator, Mapping
+
+# ----------------------------------------------------------------------------------------
+# Rules: each says what is valid (for --show-config) and checks a value (None when fine,
+# else what is wrong, appended to "KEY=VALUE: ").
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  what: str | Callable[[], str]  # what is valid, e.g. ">= 1", "in [0, 1]", "one of: a, b"
+  ok: Callable[[Any], bool]
+  # Values just outside the range (tests/test_validation.py sets each of them).
+  bad: tuple = ()
+
+  @property
+  def text(self) -> str:
+    return self.what() if callable(self.what) else self.what
+
+
+def ge(lo, note: str = "") -> Rule:
+  return Rule(f">= {lo}{note}", lambda v: v >= lo, (lo - 1, -1e9))
+
+
+def gt(lo, note: str = "") -> Rule:
+  return Rule(f"> {lo}{note}", lambda v: v > lo, (lo, lo - 1))
+
+
+def within(lo, hi, *, lo_open: bool = False, hi_open: bool = False, note: str = "") -> Rule:
+  text = f"in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}{note}"
+  bad = (lo - 0.5, hi + 0.5) + ((lo,) if lo_open else ()) + ((hi,) if hi_open else ())
+  return Rule(text, lambda v: (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi),
+              bad)
+
+
+def one_of(names: Callable[[], Any] | tuple, note: str = "") -> Rule:
+  """A known name; `names` may be a function (a registry read when checked)."""
+  get = names if callable(names) else (lambda: names)
+
+  def what() -> str:
+    known = [repr(n) for n in get()]
+    return (" or ".join(known) if len(known) <= 2 else f"one of {', '.join(known)}") + note
+
+  return Rule(what, lambda v: v in tuple(get()), ("nosuch",))
+
+
+def nonempty() -> Rule:
+  return Rule("not empty", lambda v: bool(v), ("",))
+
+
+def off_or_gt(lo, note: str = "") -> Rule:
+  return Rule(f"0 (off) or > {lo}{note}", lambda v: v == 0 or v > lo, (lo, -1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+  help: str
+  rule: Rule | None = None
+
+
+def _estimators():
+  from csa_jax.advantages import list_estimators  # pylint: disable=import-outside-toplevel
+  return list_estimators()
+
+
+def _envs():
+  import environments  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  from environments.registry import list_envs  # pylint: disable=import-outside-toplevel
+  return list_envs()
+
+
+def _methods():
+  from csa_jax.config import METHODS  # pylint: disable=import-outside-toplevel
+  return METHODS
+
+
+def _agg_modes():
+  from csa_jax.losses import AGG_MODES  # pylint: disable=import-outside-toplevel
+  return AGG_MODES
+
+
+def _kl_kinds():
+  from csa_jax.losses import KL_KINDS  # pylint: disable=import-outside-toplevel
+  return KL_KINDS
+
+
+F = Field
+FIELDS: dict[str, Field] = {
+    "name": F("the experiment's name; the default work directory is runs/NAME", nonempty()),
+    "seed": F("seed of the model's initialisation, task sampling and sampler keys", ge(0)),
+    "mesh": F("device mesh DATAxMODEL (FSDP over data, tensor parallel over model); "
+              "checked against the visible devices at start"),
+    # env
+    "env.name": F("the registered environment (environments/registry.py)", one_of(_envs)),
+    "env.kwargs": F("keyword arguments of make_env(env.name, ...); the environment checks "
+                    "them at start"),
+    "env.train_split": F("the split RL and the demonstrations draw tasks from"),
+    "env.eval_split": F("the split held-out evaluation plays"),
+    "env.num_train_tasks": F("RL samples tasks 0 .. num_train_tasks-1 of train_split", ge(1)),
+    "env.pool_backend": F("environment workers: 'thread' (JVM engines) or 'process' "
+                          "(engines whose work is Python)", one_of(("thread", "process"))),
+    # tokenizer
+    "tokenizer.vocab_size": F("size of the byte-level BPE trained on the demonstrations "
+                              "(from-scratch policies; 256 bytes + pad + end at least)",
+                              ge(258)),
+    "model_path": F("a local Hugging Face Llama/Qwen2 directory to start from; empty: a "
+                    "decoder of `model`'s shape trained from scratch"),
+    "pretrained": F("the checkpoint a full-size preset is sized for (then model_path is "
+                    "required); empty: any policy"),
+    # model (csa_jax/model/config.py checks these too when they are set)
+    "model.vocab_size": F("embedding rows (>= the tokenizer's size)", ge(1)),
+    "model.hidden_size": F("width of the residual stream", ge(1)),
+    "model.intermediate_size": F("width of the SwiGLU MLP", ge(1)),
+    "model.num_layers": F("decoder layers", ge(1)),
+    "model.num_heads": F("query heads (a multiple of num_kv_heads)", ge(1)),
+    "model.num_kv_heads": F("key/value heads (grouped-query attention)", ge(1)),
+    "model.head_dim": F("width of one attention head (even: rotary embeddings)", ge(2)),
+    "model.rope_theta": F("rotary embedding base", gt(0)),
+    "model.rope_scaling": F("Llama 3.1 rope scaling (None: off); set inside a preset"),
+    "model.rope_scaling.factor": F("Llama 3.1 rope scaling: low frequencies divided by this",
+                                   gt(0)),
+    "model.rope_scaling.low_freq_factor": F("Llama 3.1 rope scaling: low-frequency bound",
+                                            gt(0)),
+    "model.rope_scaling.high_freq_factor": F("Llama 3.1 rope scaling: high-frequency bound "
+                                             "(> low_freq_factor)", gt(0)),
+    "model.rope_scaling.original_max_position_embeddings": F(
+        "Llama 3.1 rope scaling: the context length it was trained at", ge(1)),
+    "model.rms_norm_eps": F("epsilon of the RMS norms", gt(0)),
+    "model.tie_embeddings": F("share the input embedding and the output projection"),
+    "model.qkv_bias": F("biases on the q/k/v projections (Qwen2)"),
+    "model.max_seq_len": F("longest sequence (prompt + action budget must fit)", ge(1)),
+    "model.param_dtype": F("storage dtype of the parameters",
+                           one_of(("float32", "bfloat16"))),
+    "model.dtype": F("compute dtype of matmuls and activations",
+                     one_of(("float32", "bfloat16"))),
+    "model.remat": F("rematerialise each layer in the backward pass (saves memory)"),
+    "model.scan_layers": F("stack the layers and run them as one lax.scan (compile time "
+                           "flat in depth)"),
+    # rollout
+    "rollout.tasks_per_iter": F("B: tasks per RL iteration", ge(1)),
+    "rollout.group_size": F("G: rollouts per task (group-relative advantages need two)",
+                            ge(2)),
+    "rollout.max_turns": F("T: agent steps per episode at most", ge(1)),
+    "rollout.history_turns": F("past (action, observation) pairs shown in the prompt", ge(0)),
+    "rollout.max_prompt_tokens": F("prompt budget in tokens (the environment's first "
+                                   "prompts are checked against it at start)", ge(1)),
+    "rollout.max_action_tokens": F("tokens one action (or reasoning + action) may take",
+                                   ge(1)),
+    "rollout.temperature": F("sampling temperature of RL rollouts", gt(0)),
+    "rollout.top_p": F("nucleus sampling (RL needs 1.0: no truncation)",
+                       within(0, 1, lo_open=True)),
+    "rollout.top_k": F("top-k sampling (RL needs 0: off)", ge(0)),
+    "rollout.num_envs": F("environment slots played in parallel (sampler rows)", ge(1)),
+    "rollout.step_timeout_s": F("seconds an environment step may take before the episode "
+                                "is cut", gt(0)),
+    "rollout.logp_reduce": F("a step's log-prob: sum or mean over its action tokens",
+                             one_of(("sum", "mean"))),
+    "rollout.anchor": F("GiGPO's anchor state: the environment's state id or the "
+                        "observation text", one_of(("state", "faithful"))),
+    "rollout.action_format": F("'bare': the answer is the action; 'think': reasoning, then "
+                               "<action>...</action>", one_of(("bare", "think"))),
+    "rollout.prefill_chunk": F("prompt rows per prefill pass (0: all at once); divides the "
+                               "sampler's rows", ge(0)),
+    "rollout.overlap": F("step one half of the environments while the device samples for "
+                         "the other"),
+    # algo
+    "algo.method": F("what drives an RL iteration (csa_jax/algorithms)", one_of(_methods)),
+    "algo.estimator": F("the advantage estimator of method 'estimator' "
+                        "(csa_jax/advantages.py)", one_of(_estimators)),
+    "algo.lam": F("CSA: weight of the counterfactual step term, A = A_E + lam * A_S (0: "
+                  "GRPO, 1: the step-level ablation)", within(0, 1)),
+    "algo.gamma": F("discount of step returns (GiGPO, CSA+GiGPO)", within(0, 1)),
+    "algo.w": F("GiGPO: weight of the step-group term", ge(0)),
+    "algo.eps": F("added to standard deviations before dividing", gt(0)),
+    "algo.std_normalize": F("divide group advantages by the group's standard deviation"),
+    "algo.clip_low": F("PPO ratio clip below: 1 - clip_low", within(0, 1, hi_open=True)),
+    "algo.clip_high": F("PPO ratio clip above: 1 + clip_high", ge(0)),
+    "algo.dual_clip": F("dual-clip bound for negative advantages (DAPO/verl use 3)",
+                        off_or_gt(1)),
+    "algo.loss_agg": F("how token losses are averaged (csa_jax/losses.py)",
+                       one_of(_agg_modes)),
+    "algo.kl_coef": F("weight of the KL to the SFT policy (0: off)", ge(0)),
+    "algo.kl_kind": F("KL estimator", one_of(_kl_kinds)),
+    "algo.entropy_coef": F("entropy bonus weight (0: off)", ge(0)),
+    "algo.dynamic_sampling": F("DAPO: drop groups whose rewards are all equal and sample "
+                               "more"),
+    "algo.dynamic_sampling_rounds": F("DAPO: rounds of B groups per iteration at most", ge(1)),
+    "algo.overlong_cache_frac": F("DAPO overlong shaping: the last fraction of the length "
+                                  "limit that is penalised (0: off)", within(0, 1)),
+    "algo.overlong_factor": F("DAPO overlong shaping: the largest penalty", ge(0)),
+    "algo.overlong_per": F("DAPO overlong shaping judges each 'step' or the whole "
+                           "'episode'", one_of(("step", "episode"))),
+    "algo.invalid_penalty": F("reward lost per action the environment rejected (0: off)",
+                              ge(0)),
+    "algo.row_weight": F("weight of one agent step: 'step' (all alike) or 'episode' (an "
+                         "episode's steps share one weight)", one_of(("step", "episode"))),
+    "algo.epochs": F("passes over an iteration's rows", ge(1)),
+    "algo.minibatch_size": F("rows per RL update", ge(1)),
+    "algo.istar.beta": F("iStar: implicit PRM reward scale", gt(0)),
+    "algo.istar.alpha": F("iStar: weight of the step term", ge(0)),
+    "algo.istar.learning_rate": F("iStar: PRM learning rate", gt(0)),
+    "algo.istar.grad_clip": F("iStar: PRM gradient clip (0: off)", ge(0)),
+    "algo.istar.batch_rows": F("iStar: rows per PRM batch", ge(1)),
+    "algo.spa.explore_tasks": F("SPA-RL: training tasks explored after SFT", ge(1)),
+    "algo.spa.explore_k": F("SPA-RL: exploration rollouts per task", ge(1)),
+    "algo.spa.learning_rate": F("SPA-RL: progress estimator learning rate", gt(0)),
+    "algo.spa.grad_clip": F("SPA-RL: estimator gradient clip (0: off)", ge(0)),
+    "algo.spa.epochs": F("SPA-RL: estimator epochs", ge(1)),
+    "algo.spa.batch_rows": F("SPA-RL: rows per estimator batch", ge(1)),
+    "algo.spa.progress_coef": F("SPA-RL: weight of the estimated progress in the step "
+                                "reward"),
+    "algo.spa.grounding": F("SPA-RL: bonus per executed (valid) action"),
+    "algo.spa.gamma": F("SPA-RL: discount of step returns", within(0, 1)),
+    "algo.mtdpo.beta": F("multi-turn DPO: beta (the KL anchor)", gt(0)),
+    "algo.mtdpo.reference": F("multi-turn DPO: reference policy, the SFT weights or the "
+                              "previous iteration's", one_of(("sft", "previous"))),
+    # optim
+    "optim.learning_rate": F("RL learning rate (AdamW)", gt(0)),
+    "optim.warmup_steps": F("linear warm-up updates (0: none)", ge(0)),
+    "optim.weight_decay": F("AdamW weight decay", ge(0)),
+    "optim.grad_clip": F("global gradient-norm clip (0: off)", ge(0)),
+    "optim.b1": F("AdamW beta1", within(0, 1, hi_open=True)),
+    "optim.b2": F("AdamW beta2", within(0, 1, hi_open=True)),
+    "optim.micro_batch_size": F("rows per forward/backward pass (gradient accumulation; "
+                                "0: the whole batch)", ge(0)),
+    "optim.pack_rows": F("pack training rows into fixed-length sequences (less padding)"),
+    "optim.max_nonfinite_in_a_row": F("skipped non-finite updates in a row that stop the "
+                                      "run (0: never)", ge(0)),
+    # sft
+    "sft.num_demos": F("expert demonstrations: the first N training tasks", ge(1)),
+    "sft.demos_dir": F("where demonstrations are built (empty: $CSA_JAX_CACHE/demos or "
+                       "~/.cache/csa_jax/demos)"),
+    "sft.epochs": F("passes over the demonstrations", ge(1)),
+    "sft.batch_size": F("rows per SFT update", ge(1)),
+    "sft.learning_rate": F("SFT learning rate", gt(0)),
+    "sft.init_from": F("a run directory whose SFT stage to start from (empty: run SFT here)"),
+    # eval
+    "eval.num_episodes": F("held-out tasks evaluated, one episode each", ge(1)),
+    "eval.first_task": F("the first held-out task index of eval_split", ge(0)),
+    "eval.greedy": F("evaluate with greedy actions"),
+    "eval.sampled": F("evaluate with actions sampled at eval.temperature"),
+    "eval.every": F("evaluate every N RL iterations (0: before and after RL only)", ge(0)),
+    "eval.temperature": F("temperature of the sampled evaluation (0: the rollout's)", ge(0)),
+    # top level
+    "rl_iterations": F("RL iterations (0: SFT and its evaluation only)", ge(0)),
+    "rl_env_steps": F("RL budget in environment steps (0: none, rl_iterations only)", ge(0)),
+    "checkpoint_every": F("save a checkpoint every N RL iterations", ge(1)),
+    "log_every": F("write sft/nll every N SFT batches (RL writes every iteration)", ge(1)),
+    "device_memory_gb": F("memory per device --dry-run checks against (0: the device's)",
+                          ge(0)),
+}
+
+
+# ----------------------------------------------------------------------------------------
+# Walking a config.
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+  key: str
+  type: str  # the declared type, as --show-config prints it
+  value: Any
+  declared: Any  # the declared type itself
+
+
+def _type_name(t: Any) -> str:
+  if isinstance(t, type):
+    return t.__name__
+  return str(t).replace("typing.", "")
+
+
+def leaves(cfg: Any, prefix: str = "") -> Iterator[Leaf]:
+  """Every leaf of a config tree in field order; env.kwargs entries as env.kwargs.KEY."""
+  hints = typing.get_type_hints(type(cfg))
+  for f in dataclasses.fields(cfg):
+    key, value = prefix + f.name, getattr(cfg, f.name)
+    if dataclasses.is_dataclass(value):
+      yield from leaves(value, key + ".")
+    elif isinstance(value, Mapping):
+      if not value:  # its entries below stand for it otherwise
+        yield Leaf(key, _type_name(hints[f.name]), dict(value), hints[f.name])
+      for k, v in value.items():
+        yield Leaf(f"{key}.{k}", type(v).__name__, v, type(v))
+    else:
+      yield Leaf(key, _type_name(hints[f.name]), value, hints[f.name])
+
+
+def declared_keys(cls: type | None = None, prefix: str = "") -> list[str]:
+  """Every dotted key the config dataclasses declare (an optional section both as itself
+  and with its fields), whatever values an experiment gives them."""
+  if cls is None:
+    from csa_jax.config import ExperimentConfig  # pylint: disable=import-outside-toplevel
+    cls = ExperimentConfig
+  out = []
+  hints = typing.get_type_hints(cls)
+  for f in dataclasses.fields(cls):
+    t = hints[f.name]
+    inner = [a for a in typing.get_args(t) if dataclasses.is_dataclass(a)]
+    if dataclasses.is_dataclass(t):
+      out += declared_keys(t, prefix + f.name + ".")
+    else:
+      out.append(prefix + f.name)
+      for a in inner:  # e.g. model.rope_scaling: None or a Llama3RopeScaling
+        out += declared_keys(a, prefix + f.name + ".")
+  return out
+
+
+def field_for(key: str) -> Field | None:
+  if key in FIELDS:
+    return FIELDS[key]
+  if key.startswith("env.kwargs."):
+    return Field("an argument of the environment (make_env(env.name, ...)), checked by it "
+                 "at start")
+  return None
+
+
+def _type_error(leaf: Leaf) -> str | None:
+  """What is wrong with the value's type, or None (Python configs are not parsed)."""
+  t, v = leaf.declared, leaf.value
+  if t is bool and not isinstance(v, bool):
+    return "expected true or false"
+  if t is int and (isinstance(v, bool) or not isinstance(v, int)):
+    return "expected an int"
+  if t is float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+      return "expected a number"
+    if not math.isfinite(v):
+      return "expected a finite number"
+  if t is str and not isinstance(v, str):
+    return "expected text"
+  return None
+
+
+def check(cfg: Any) -> None:
+  """Raises ConfigError for the first leaf whose value is of the wrong type, not finite,
+  out of its range or an unknown name."""
+  from csa_jax.config import ConfigError  # pylint: disable=import-outside-toplevel
+  for leaf in leaves(cfg):
+    field = FIELDS.get(leaf.key)
+    problem = _type_error(leaf)
+    if problem:
+      raise ConfigError(f"{leaf.key}={leaf.value!r}: {problem}")
+    if field is not None and field.rule is not None and not field.rule.ok(leaf.value):
+      raise ConfigError(f"{leaf.key} must be {field.rule.text} (got {leaf.value!r}): "
+                        f"{field.help}")
+
+
+def describe(cfg: Any) -> list[tuple[str, str, str, str]]:
+  """(key, type, value, "help (valid values)") for every leaf of `cfg`."""
+  rows = []
+  for leaf in leaves(cfg):
+    field = field_for(leaf.key)
+    text = field.help if field else "(no help: add it to csa_jax/config_fields.py)"
+    if field and field.rule is not None:
+      text += f" [{field.rule.text}]"
+    rows.append((leaf.key, leaf.type, repr(leaf.value), text))
+  return rows
+
+
+def format_table(rows: list[tuple[str, str, str, str]]) -> str:
+  wk = max(len(r[0]) for r in rows)
+  wt = max(len(r[1]) for r in rows)
+  wv = min(max(len(r[2]) for r in rows), 24)
+  out = []
+  for key, typ, value, text in rows:
+    if len(value) > wv:  # long values on their own line, the help below them
+      out.append(f"{key:{wk}}  {typ:{wt}}  {value}")
+      out.append(f"{'':{wk}}  {'':{wt}}  {'':{wv}}  {text}")
+    else:
+      out.append(f"{key:{wk}}  {typ:{wt}}  {value:{wv}}  {text}")
+  return "\n".join(out)

@@ -1,0 +1,162 @@
+"""After training, on one tiny run (TextWorldExpress, tiny decoder, one RL iteration):
+`--eval` repeats the run's own held-out numbers, `--export-hf` writes a checkpoint that
+transformers loads with the same logits, `--play` prints episodes; and SFT stopped by a
+signal saves its progress and, resumed, ends where the uninterrupted SFT ends."""
+
+import json
+import os
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import experiments
+import launch
+from csa_jax import metrics as M
+from csa_jax import sft_progress
+from csa_jax.checkpoint import Checkpointer
+from csa_jax.config import apply_overrides
+from csa_jax.signals import Interrupted
+from csa_jax.trainer import Trainer
+
+REL_TOL = 1e-4  # tests/test_hf_parity.py: fp32 logits within 1e-4 of the logits' scale
+
+
+def tiny_cfg(demos_dir, iterations=1):
+  return apply_overrides(experiments.get_experiment("quickstart"), [
+      f"sft.demos_dir={demos_dir}", "sft.num_demos=6", "sft.epochs=3", "sft.batch_size=16",
+      "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
+      "rollout.max_turns=4", "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6",
+      "algo.minibatch_size=16", "eval.num_episodes=4", f"rl_iterations={iterations}",
+      "checkpoint_every=1", "tokenizer.vocab_size=512", "model.vocab_size=512",
+      "model.max_seq_len=128", "env.kwargs.step_limit=4", "log_every=1"])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  root = tmp_path_factory.mktemp("after")
+  work = str(root / "run")
+  summary = Trainer(tiny_cfg(root / "demos"), work).run()
+  return root, work, summary
+
+
+def _main_ok(capsys, *argv):
+  assert launch.main(list(argv)) == 0
+  return capsys.readouterr().out
+
+
+def test_eval_repeats_the_runs_held_out_evaluation(run, capsys):
+  _, work, summary = run
+  out = _main_ok(capsys, "--workdir", work, "--eval")
+  assert "checkpoint 1" in out and "greedy" in out and "sampled" in out
+  with open(os.path.join(work, "eval", "step_1.json")) as f:
+    result = json.load(f)
+  for key, value in summary["rl"].items():
+    assert result["metrics"][key] == pytest.approx(value, abs=1e-9), key
+  for prefix in ("eval", "eval_sampled"):
+    eps = result["episodes"][prefix]
+    assert [e["task"] for e in eps] == [0, 1, 2, 3]
+    assert sum(e["won"] for e in eps) / 4 == summary["rl"][f"{prefix}/success"]
+  _main_ok(capsys, "--workdir", work, "--eval", "--step", "sft")
+  with open(os.path.join(work, "eval", "step_sft.json")) as f:
+    sft = json.load(f)["metrics"]
+  for key, value in summary["sft"].items():
+    assert sft[key] == pytest.approx(value, abs=1e-9), key
+  # Other tasks by --set, greedy only.
+  out = _main_ok(capsys, "--workdir", work, "--eval", "--set", "eval.first_task=10",
+                 "--set", "eval.num_episodes=2", "--set", "eval.sampled=false")
+  assert "tasks 10..11" in out and "sampled " not in out
+
+
+def test_export_hf_loads_in_transformers_with_the_same_logits(run, capsys, tmp_path):
+  import torch
+  import transformers
+  from csa_jax import posttrain
+  _, work, _ = run
+  out_dir = tmp_path / "hf"
+  out = _main_ok(capsys, "--workdir", work, "--export-hf", str(out_dir))
+  assert "config.json" in out and "model.safetensors" in out
+  saved = posttrain.load(work)
+  tok = transformers.AutoTokenizer.from_pretrained(str(out_dir))
+  text = "Task: find the coin. Now: You are in the kitchen. Actions: move north | take coin"
+  ids = saved.tok.encode(text)
+  assert tok(text, add_special_tokens=False)["input_ids"] == ids
+  assert tok.eos_token_id == saved.tok.eos_id and tok.pad_token_id == saved.tok.pad_id
+  model = transformers.AutoModelForCausalLM.from_pretrained(str(out_dir),
+                                                            torch_dtype=torch.float32)
+  with torch.no_grad():
+    ref = model(torch.tensor([ids])).logits.numpy()
+  ours = np.asarray(saved.model()(jnp.asarray([ids])))
+  assert ours.shape == ref.shape
+  err = float(np.abs(ours - ref).max() / np.abs(ref).max())
+  assert err < REL_TOL, err
+
+
+def test_play_prints_episodes_as_the_policy_saw_them(run, capsys):
+  _, work, _ = run
+  out = _main_ok(capsys, "--workdir", work, "--play", "2", "--step", "1")
+  assert out.count("=== greedy episode, test task") == 2
+  assert out.count("PROMPT (as the policy saw it):") == 2
+  assert "  > " in out and "after" in out
+  out = _main_ok(capsys, "--workdir", work, "--play", "1", "--sample")
+  assert "=== sampled episode, test task 0" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--eval"], "need --workdir RUN"),
+    (["--workdir", "{tmp}/nothing", "--eval"], "no config.json"),
+    (["--workdir", "{run}", "--eval", "--step", "99"], "--step 99: {run} has RL checkpoints 0, 1 and sft"),
+    (["--workdir", "{run}", "--eval", "--exp", "twx_coin_grpo"], "drop --exp"),
+    (["--workdir", "{run}", "--play", "0"], "--play 0"),
+    (["--workdir", "{run}", "--export-hf", "{run}"], "is not empty"),
+    (["--workdir", "{run}", "--eval", "--set", "eval.num_episodes=0"],
+     "eval.num_episodes must be >= 1"),
+], ids=["no-workdir", "not-a-run", "step", "exp", "play0", "export-nonempty", "set"])
+def test_after_training_refusals_are_one_line(run, capsys, tmp_path, argv, needle):
+  _, work, _ = run
+  argv = [a.format(tmp=tmp_path, run=work) for a in argv]
+  (tmp_path / "nothing").mkdir()
+  with pytest.raises(SystemExit) as e:
+    launch.main(argv)
+  err = capsys.readouterr().err.strip().splitlines()
+  assert e.value.code == 2 and len(err) == 1, err
+  assert err[0].startswith("launch.py: error: ") and needle.format(run=work) in err[0], err
+
+
+def test_sft_curve_and_config_provenance(run):
+  _, work, _ = run
+  recs = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
+  curve = [r for r in recs if "sft/batch" in r]
+  assert [r["sft/batch"] for r in curve] == list(range(1, len(curve) + 1))
+  assert len(curve) >= 3 and all(np.isfinite(r["sft/nll"]) for r in curve)
+  with open(os.path.join(work, "config.json")) as f:
+    prov = json.load(f)["provenance"]
+  assert prov["packages"]["jax"] == jax.__version__
+  assert prov["git_commit"] is None or len(prov["git_commit"]) == 40
+
+
+def test_sft_stopped_by_a_signal_saves_its_progress_and_resumes_bit_for_bit(run, tmp_path):
+  root, work, _ = run
+  cfg = tiny_cfg(root / "demos", iterations=0)
+  stopped = str(tmp_path / "stopped")
+  trainer = Trainer(cfg, stopped)
+  trainer.stop.requested = signal.SIGINT  # as if Ctrl-C came during the first batch
+  with pytest.raises(Interrupted) as e:
+    trainer.run()
+  assert "during SFT, after batch 1 of " in str(e.value)
+  assert "its progress is saved in" in str(e.value) and e.value.saved
+  assert sft_progress.exists(stopped)
+  assert not os.path.exists(os.path.join(stopped, "sft")) or not os.listdir(
+      os.path.join(stopped, "sft"))
+
+  Trainer(cfg, stopped, resume=True).run()
+  assert not sft_progress.exists(stopped)
+  ours, _ = Checkpointer(os.path.join(stopped, "sft"), max_to_keep=1).read()
+  ref, _ = Checkpointer(os.path.join(work, "sft"), max_to_keep=1).read()
+  for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  curve = [r["sft/batch"] for r in M.read_jsonl(os.path.join(stopped, "metrics.jsonl"))
+           if "sft/batch" in r]
+  assert curve == list(range(1, len(curve) + 1))  # each batch once, across the stop
