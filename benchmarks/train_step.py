@@ -16,6 +16,12 @@ step is printed next to it when the backend provides one.
 
   .venv/bin/python benchmarks/train_step.py [--B 8 --L 256 --size tiny]
   ... --size 0.5b --dtype bfloat16 --B 8 --L 1024 --remat   (GPU check)
+  ... --lora-rank 32    the full update, then the LoRA update (adapters of that rank on
+                        every projection, the base frozen) on the same model and batch
+
+A LoRA update's analytic FLOPs: 2 x forward (+ the reference's forward): the backward pass
+computes the activations' gradients but no base-weight gradients (the adapters' own
+matmuls are counted in neither, they are under 1% at rank 32).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from flax import nnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from csa_jax.config import AlgoConfig, OptimConfig
-from csa_jax.model import Decoder, ModelConfig
+from csa_jax.model import Decoder, LoRAConfig, ModelConfig, lora
 from csa_jax import data as data_lib
 from csa_jax.sampling import SamplingConfig
 from csa_jax.train_step import (init_state, make_optimizer, make_rl_step,
@@ -52,10 +58,11 @@ SIZES = {
 }
 
 
-def model_config(size: str, dtype: str, remat: bool) -> ModelConfig:
+def model_config(size: str, dtype: str, remat: bool, lora_rank: int = 0) -> ModelConfig:
   return ModelConfig(**SIZES[size], rope_theta=1e6, qkv_bias=True,
                      tie_embeddings=True, max_seq_len=4096, remat=remat,
-                     param_dtype="float32", dtype=dtype)
+                     param_dtype="float32", dtype=dtype,
+                     lora=LoRAConfig(rank=lora_rank, alpha=float(max(lora_rank, 1))))
 
 
 def step_flops(cfg: ModelConfig, B: int, L: int, A: int, ref_forward: bool = False) -> float:
@@ -67,7 +74,8 @@ def step_flops(cfg: ModelConfig, B: int, L: int, A: int, ref_forward: bool = Fal
   per_layer = d * (h + 2 * k) * dh + h * dh * d + 3 * d * f
   fwd = (2 * B * L * cfg.num_layers * per_layer + 2 * B * A * d * cfg.vocab_size
          + 4 * B * L * L * h * dh * cfg.num_layers)
-  return (4.0 if ref_forward else 3.0) * fwd
+  passes = 2.0 if cfg.lora.enabled else 3.0  # no base-weight gradients with LoRA
+  return (passes + ref_forward) * fwd
 
 
 def matmul_peak(dtype: str, n: int, reps: int = 5) -> float:
@@ -101,8 +109,8 @@ def random_batch(cfg: ModelConfig, B: int, L: int, seed: int = 0):
 
 def run(B: int = 8, L: int = 256, size: str = "tiny", dtype: str = "float32",
         remat: bool = False, kind: str = "rl", reps: int = 5,
-        peak_n: int | None = None) -> dict:
-  cfg = model_config(size, dtype, remat)
+        peak_n: int | None = None, lora_rank: int = 0) -> dict:
+  cfg = model_config(size, dtype, remat, lora_rank)
   model = Decoder(cfg, rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
   tx = make_optimizer(OptimConfig())
@@ -112,7 +120,10 @@ def run(B: int = 8, L: int = 256, size: str = "tiny", dtype: str = "float32",
   batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, B, L).items()}
   # The KL term (AlgoConfig's default kl_coef > 0) reads a reference policy's log-probs:
   # a copy of the initial parameters, as the trainer's is the SFT policy.
-  ref = (jax.tree.map(jnp.copy, params),) if kind == "rl" and AlgoConfig().kl_coef else ()
+  # With LoRA the reference is a copy of the adapters over the same base (as the trainer's).
+  trainable, frozen = lora.split(params)
+  ref = ((lora.merge(jax.tree.map(jnp.copy, trainable), frozen),)
+         if kind == "rl" and AlgoConfig().kl_coef else ())
 
   xla_flops = None
   try:
@@ -139,12 +150,16 @@ def run(B: int = 8, L: int = 256, size: str = "tiny", dtype: str = "float32",
   peak = matmul_peak(dtype, n)
   flops = step_flops(cfg, B, L, L // 2, ref_forward=bool(ref))
   n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+  n_train = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(lora.trainable(params)))
   res = dict(size=size, dtype=dtype, B=B, L=L, kind=kind, kl_ref=bool(ref), step_s=t,
+             lora_rank=lora_rank, trainable=n_train,
              tok_s=B * L / t, flops=flops, xla_flops=xla_flops,
              achieved=flops / t, peak=peak, mfu=flops / t / peak,
              params=n_params, backend=jax.default_backend())
   xla = (f"; XLA counts {xla_flops / 1e9:.2f} GFLOP" if xla_flops else "")
-  print(f"train_step ({kind}{', KL reference' if ref else ''})  {size} "
+  update = (f"LoRA rank {lora_rank}, {n_train / 1e6:.2f}M trainable" if lora_rank
+            else "full update")
+  print(f"train_step ({kind}{', KL reference' if ref else ''}; {update})  {size} "
         f"({n_params / 1e6:.1f}M params) {dtype}"
         f"{' remat' if remat else ''}  B={B} L={L} on "
         f"{jax.devices()[0].device_kind}\n"
@@ -167,8 +182,16 @@ def main(argv=None):
   ap.add_argument("--reps", type=int, default=5)
   ap.add_argument("--peak-n", type=int, default=None,
                   help="matmul size for the peak (default 1024 CPU, 8192 GPU)")
+  ap.add_argument("--lora-rank", type=int, default=0,
+                  help="also run the LoRA update with adapters of this rank (0: full only)")
   a = ap.parse_args(argv)
-  return run(a.B, a.L, a.size, a.dtype, a.remat, a.kind, a.reps, a.peak_n)
+  full = run(a.B, a.L, a.size, a.dtype, a.remat, a.kind, a.reps, a.peak_n)
+  if not a.lora_rank:
+    return full
+  low = run(a.B, a.L, a.size, a.dtype, a.remat, a.kind, a.reps, a.peak_n, a.lora_rank)
+  print(f"tokens/s: full update {full['tok_s']:.0f}, LoRA rank {a.lora_rank} update "
+        f"{low['tok_s']:.0f} ({low['tok_s'] / full['tok_s']:.2f}x)", flush=True)
+  return {"full": full, "lora": low}
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ so a save killed midway leaves no step behind. A step damaged afterwards (a trun
 deleted file) fails to restore; `restore` then falls back to the newest step that does,
 with a warning, and moves the damaged ones aside to `<directory>.corrupt/` (kept for
 inspection, and out of the way of the steps the resumed run will save again).
+
+LoRA models (csa_jax/model/lora.py): of a parameter State with adapters only the adapters
+are saved (`lora.strip`); the frozen base is what the run was started from (its
+`model_path`, or the seed that initialised it, named in the meta), and a restore puts the
+template's own base back beside the restored adapters (`lora.unstrip`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+from csa_jax.model import lora
 
 
 class CheckpointError(RuntimeError):
@@ -42,7 +49,7 @@ class Checkpointer:
       self._mgr.wait_until_finished()
       self._mgr.delete(step)
     self._mgr.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+        state=ocp.args.StandardSave(lora.strip(state)), meta=ocp.args.JsonSave(meta)))
 
   def latest_step(self) -> int | None:
     return self._mgr.latest_step()
@@ -79,7 +86,7 @@ class Checkpointer:
     raise failed[0][1]
 
   def _restore(self, state_template: Any, step: int) -> tuple[Any, dict[str, Any]]:
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_template)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, lora.strip(state_template))
     try:
       out = self._mgr.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
@@ -91,7 +98,7 @@ class Checkpointer:
                             f"model or is damaged: {cause}")
       err.cause = cause
       raise err from None
-    return out["state"], dict(out["meta"])
+    return lora.unstrip(out["state"], state_template), dict(out["meta"])
 
   def read(self, step: int | None = None) -> tuple[Any, dict[str, Any]]:
     """The saved tree as it was written and its meta, every array on this process's first

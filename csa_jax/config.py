@@ -159,6 +159,10 @@ class AlgoConfig:
   # the same anchor so that methods differ only in their advantages and losses.
   kl_coef: float = 0.05
   kl_kind: str = "k3"
+  # The KL reference's storage dtype ("": the parameters'; "bfloat16": half a float32 copy,
+  # the same logits under bfloat16 compute). A LoRA policy's reference is its SFT adapters
+  # over the shared base, never a copy (csa_jax/model/lora.py).
+  ref_dtype: str = ""
   entropy_coef: float = 0.0
   # DAPO dynamic sampling: drop groups whose rewards are all equal.
   dynamic_sampling: bool = False
@@ -194,6 +198,8 @@ class OptimConfig:
   grad_clip: float = 1.0
   b1: float = 0.9
   b2: float = 0.99
+  # AdamW's first-moment dtype ("": the parameters'; "bfloat16" halves it).
+  mu_dtype: str = ""
   # Rows per forward/backward pass inside one update (gradient accumulation over
   # batch / micro_batch_size slices; csa_jax/train_step.py, `value_and_grad_micro`): what
   # lets long rows of a big model fit. 0: the whole batch in one pass.
@@ -410,6 +416,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       (not cfg.model_path or os.path.isdir(cfg.model_path),
        f"model_path {cfg.model_path!r} is not a directory (a local Hugging Face checkpoint)"),
       (a.loss_agg in AGG_MODES, f"algo.loss_agg must be one of {', '.join(AGG_MODES)}"),
+      (a.ref_dtype in ("", "float32", "bfloat16") and cfg.optim.mu_dtype in (
+          "", "float32", "bfloat16"), "algo.ref_dtype and optim.mu_dtype must be '', "
+       "'float32' or 'bfloat16'"),
       (a.epochs >= 1 and a.minibatch_size >= 1, "algo.epochs and algo.minibatch_size must be >= 1"),
       (0.0 <= a.overlong_cache_frac <= 1.0, "algo.overlong_cache_frac must be in [0, 1]"),
       (a.overlong_per in ("step", "episode"), "algo.overlong_per must be 'step' or 'episode'"),

@@ -48,7 +48,7 @@ from csa_jax import train_step as ts
 from csa_jax.config import ExperimentConfig, micro_batches
 from csa_jax.data import BATCH_KEYS
 from csa_jax.model import Decoder, ModelConfig
-from csa_jax.model import hf
+from csa_jax.model import hf, lora
 from csa_jax.model.decoder import CACHE_AXES, cache_shape, cache_shardings
 
 GiB = 1024 ** 3
@@ -120,6 +120,13 @@ def _with_shardings(tree: Any, shardings: Any) -> Any:
                       tree, shardings)
 
 
+def _with_dtype(tree: Any, dtype: str) -> Any:
+  if not dtype:
+    return tree
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.dtype(dtype),
+                                                     sharding=x.sharding), tree)
+
+
 def _compile(name: str, fn, *args, resident: int = 0, **kwargs) -> ProgramMemory:
   t0 = time.perf_counter()
   compiled = fn.lower(*args, **kwargs).compile()
@@ -150,17 +157,29 @@ def plan(cfg: ExperimentConfig, *, log=print) -> Plan:
   graphdef, params = nnx.split(abstract, nnx.Param)
   p_sh = mesh_lib.state_shardings(params, mesh, mesh_lib.TRAIN_RULES)
   params = _with_shardings(params, p_sh)
+  adapters, frozen = lora.split(params)
   num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
-  log(f"dry run {cfg.name}: {num_params / 1e9:.2f}B parameters ({source}; params "
-      f"{mcfg.param_dtype}, compute {mcfg.dtype}, remat {mcfg.remat}) on "
+  num_adapter = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(adapters)) if frozen else 0
+  log(f"dry run {cfg.name}: {(num_params - num_adapter) / 1e9:.2f}B parameters ({source}; "
+      f"params {mcfg.param_dtype}, compute {mcfg.dtype}, remat {mcfg.remat}) on "
       f"{mesh_lib.describe(mesh)}")
+  if frozen:
+    lc = mcfg.lora
+    log(f"  LoRA rank {lc.rank}, alpha {lc.alpha:g} on {', '.join(lc.targets)}: "
+        f"{num_adapter / 1e6:.1f}M trainable ({lc.param_dtype}); per device: base "
+        f"{_bytes_per_device(frozen) / GiB:.2f} GiB (frozen, {mcfg.param_dtype}), adapters "
+        f"{_bytes_per_device(adapters) / 2 ** 20:.1f} MiB")
+  else:
+    log(f"  full-parameter: {_bytes_per_device(params) / GiB:.2f} GiB of parameters per "
+        "device, all trainable")
 
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_sh = mesh_lib.batch_sharding(mesh)
 
   def state_for(tx):
-    opt = jax.eval_shape(tx.init, params)
-    opt = _with_shardings(opt, mesh_lib.opt_state_shardings(tx, opt, p_sh, mesh))
+    opt = jax.eval_shape(tx.init, adapters)  # moments for the trainable part only
+    opt = _with_shardings(opt, mesh_lib.opt_state_shardings(tx, opt, lora.trainable(p_sh),
+                                                            mesh))
     return ts.TrainState(step=jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
                          params=params, opt_state=opt)
 
@@ -177,8 +196,18 @@ def plan(cfg: ExperimentConfig, *, log=print) -> Plan:
   # tokens; the optimizer state (and the KL reference) stay on the device meanwhile.
   tx = ts.make_optimizer(cfg.optim)
   rl_state = state_for(tx)
-  ref = params if a.kl_coef else None
-  resident = _bytes_per_device(rl_state.opt_state) + (_bytes_per_device(ref) if ref else 0)
+  # The KL reference: with LoRA the SFT adapters over the shared base (the step receives
+  # the adapters alone); else a copy of the parameters in algo.ref_dtype.
+  ref = None
+  if a.kl_coef:
+    ref = params if frozen else _with_dtype(params, a.ref_dtype)
+  ref_bytes = _bytes_per_device(lora.trainable(ref)) if ref is not None else 0
+  resident = _bytes_per_device(rl_state.opt_state) + ref_bytes
+  log(f"  optimizer state {_bytes_per_device(rl_state.opt_state) / GiB:.2f} GiB per device "
+      f"(AdamW, first moment {cfg.optim.mu_dtype or 'as the parameters'}); KL reference "
+      + ("none" if ref is None else f"{ref_bytes / GiB:.3f} GiB per device ("
+         + ("the SFT adapters over the shared base" if frozen else
+            f"a {a.ref_dtype or mcfg.param_dtype} copy") + ")"))
   scfg = sampling.SamplingConfig(max_new_tokens=act_len, temperature=r.temperature)
   b, total = r.num_envs, seq_len
   cache_one = NamedSharding(mesh, mesh_lib.logical_to_spec(
@@ -214,9 +243,22 @@ def _line(p: ProgramMemory) -> str:
           f"{g(p.resident)}  = peak {g(p.peak)}")
 
 
+# Per-chip memory of common accelerators, GiB: what `verdict` names the plan's fit against.
+DEVICE_SIZES = (("TPU v5e", 16), ("TPU v6e", 32), ("A100 40GB", 40), ("A100/H100 80GB", 80),
+                ("TPU v5p", 95), ("H200", 141))
+
+
+def fitting_devices(peak: int) -> str:
+  """The DEVICE_SIZES whose memory holds `peak` with the verdict's headroom."""
+  fits = [f"{name} ({gib} GiB)" for name, gib in DEVICE_SIZES if peak <= HEADROOM * gib * GiB]
+  return ", ".join(fits) if fits else "none of " + ", ".join(
+      f"{name} ({gib} GiB)" for name, gib in DEVICE_SIZES)
+
+
 def verdict(p: Plan) -> str:
   worst = max(p.programs, key=lambda x: x.peak)
-  head = f"peak {p.peak / GiB:.2f} GiB per device ({worst.name})"
+  head = (f"peak {p.peak / GiB:.2f} GiB per device ({worst.name}); with 10% headroom it "
+          f"fits {fitting_devices(p.peak)}")
   if p.device_memory is None:
     return (f"{head}; device memory unknown here: --set device_memory_gb=N for a verdict")
   room = p.device_memory / GiB

@@ -6,6 +6,12 @@ definition and a parameter pytree; the steps are pure functions of
 updates parameters and optimizer state in place. Batches are the fixed-shape arrays of
 `csa_jax.data`: [N, L] inputs, and [N, A] action-token targets at input positions act_pos;
 the loss falls where loss_mask is 1.
+
+LoRA policies (csa_jax/model/lora.py): `TrainState.params` is the whole model's State, but
+only its trainable part (the adapters; everything in a full-parameter run) has optimizer
+state, gradients and donated buffers. `Update` splits the state before the jitted step and
+joins it after: the frozen base goes in as a plain argument, so it is neither copied nor
+invalidated, and a KL reference over the same base is passed as its adapters alone.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from flax import nnx
 
 from csa_jax import losses
 from csa_jax.config import AlgoConfig, OptimConfig
-from csa_jax.model import token_logprobs
+from csa_jax.model import lora, token_logprobs
 from csa_jax.sampling import SamplingConfig, sampling_logprobs
 
 Batch = dict[str, jax.Array]
@@ -38,14 +44,28 @@ def make_optimizer(cfg: OptimConfig, learning_rate: float | None = None,
   lr = cfg.learning_rate if learning_rate is None else learning_rate
   if cfg.warmup_steps > 0:
     lr = optax.linear_schedule(0.0, lr, cfg.warmup_steps)
+  mu_dtype = getattr(cfg, "mu_dtype", "") or None  # AdamW's first moment: bf16 halves it
   return optax.chain(
       optax.clip_by_global_norm(cfg.grad_clip) if cfg.grad_clip > 0 else optax.identity(),
-      optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay),
+      optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay,
+                  mu_dtype=mu_dtype),
   )
 
 
 def init_state(params, tx: optax.GradientTransformation) -> TrainState:
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+  """A fresh state; the optimizer's moments exist for the trainable part only."""
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=tx.init(lora.trainable(params)))
+
+
+def reference_params(params, dtype: str = ""):
+  """A KL reference template of `params`: cast to `dtype` ("bfloat16": half the bytes of a
+  float32 copy, and the same logits when the model computes in bfloat16, since every
+  parameter is cast to the compute dtype before use); with adapters, `params` itself (the
+  reference is the SFT adapters over the policy's own base)."""
+  if not dtype or lora.tree_has_lora(params):
+    return params
+  return jax.tree.map(lambda x: x.astype(dtype), params)
 
 
 def _logits(graphdef, params, batch: Batch) -> jax.Array:
@@ -71,15 +91,20 @@ def apply_update(tx, state: TrainState, loss, grads, metrics) -> tuple[TrainStat
   state and the step counter exactly as they were, and says so in `nonfinite_loss` /
   `nonfinite_grad` (1.0 when that part was not finite); the host loop counts them.
   """
+  params, frozen = lora.split(state.params)  # only the adapters move in a LoRA model
+  if frozen:
+    grads = lora.trainable(grads)
   grad_norm = optax.tree.norm(grads)
   loss_ok, grad_ok = jnp.isfinite(loss), jnp.isfinite(grad_norm)
   ok = loss_ok & grad_ok
   # Zero the gradient of a skipped step so the discarded update itself stays finite.
   grads = jax.tree.map(lambda g: jnp.where(ok, g, jnp.zeros_like(g)), grads)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  new = TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+  updates, opt_state = tx.update(grads, state.opt_state, params)
+  new = TrainState(step=state.step + 1, params=optax.apply_updates(params, updates),
                    opt_state=opt_state)
-  state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, state)
+  old = TrainState(step=state.step, params=params, opt_state=state.opt_state)
+  state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
+  state = state.replace(params=lora.merge(state.params, frozen))
   metrics = dict(metrics, grad_norm=grad_norm,
                  nonfinite_loss=(~loss_ok).astype(jnp.float32),
                  nonfinite_grad=(~grad_ok).astype(jnp.float32))
@@ -118,22 +143,58 @@ def value_and_grad_micro(loss_fn, params, batch: Batch, *extra, micro_batches: i
   return jax.tree.map(lambda x: x / micro_batches, total)
 
 
+class Update:
+  """A jitted update `(state, batch, ref_params=None) -> (state, metrics)` of
+  `loss_fn(params, batch, ref_params) -> (loss, metrics)`, over the state's trainable part.
+
+  The jitted program takes (trainable state, frozen base, batch, reference's trainable
+  part), donates the first alone, and differentiates the loss with respect to the
+  trainable parameters only (`value_and_grad_micro` over `micro_batches` slices). For a
+  full-parameter model the frozen part is empty and the reference is passed whole.
+  `lower` lowers the same program for given (abstract) arguments (the dry run).
+  """
+
+  def __init__(self, tx, loss_fn, micro_batches: int = 1):
+    def step(state: TrainState, frozen, batch: Batch, ref_trainable):
+      def loss_t(params, batch, ref_trainable):
+        ref = None if ref_trainable is None else lora.merge(ref_trainable, frozen)
+        return loss_fn(lora.merge(params, frozen), batch, ref)
+
+      (loss, metrics), grads = value_and_grad_micro(loss_t, state.params, batch, ref_trainable,
+                                                    micro_batches=micro_batches)
+      return apply_update(tx, state, loss, grads, metrics)
+
+    self._jit = jax.jit(step, donate_argnums=0)
+
+  @staticmethod
+  def _args(state: TrainState, batch: Batch, ref_params):
+    params, frozen = lora.split(state.params)
+    if ref_params is not None and frozen:
+      ref_params = lora.trainable(ref_params)
+    return TrainState(step=state.step, params=params, opt_state=state.opt_state), frozen, \
+        batch, ref_params
+
+  def __call__(self, state: TrainState, batch: Batch, ref_params=None):
+    args = self._args(state, batch, ref_params)
+    new, metrics = self._jit(*args)
+    return new.replace(params=lora.merge(new.params, args[1])), metrics
+
+  def lower(self, state: TrainState, batch: Batch, ref_params=None):
+    return self._jit.lower(*self._args(state, batch, ref_params))
+
+
 def make_sft_step(graphdef, tx, micro_batches: int = 1
                   ) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
   """Mean negative log-likelihood of the expert's action tokens."""
 
-  def loss_fn(params, batch):
+  def loss_fn(params, batch, ref_params):
+    del ref_params
     logp_NxA = token_logprobs(_logits(graphdef, params, batch), batch["targets"])
     mask = batch["loss_mask"]
     nll = -(logp_NxA * mask).sum() / jnp.maximum(mask.sum(), 1.0)
     return nll, {"nll": nll}
 
-  def step(state: TrainState, batch: Batch):
-    (loss, metrics), grads = value_and_grad_micro(loss_fn, state.params, batch,
-                                                  micro_batches=micro_batches)
-    return apply_update(tx, state, loss, grads, metrics)
-
-  return jax.jit(step, donate_argnums=0)
+  return Update(tx, loss_fn, micro_batches)
 
 
 def make_rl_loss(graphdef, algo: AlgoConfig, sampling_cfg: SamplingConfig):
@@ -173,11 +234,4 @@ def make_rl_loss(graphdef, algo: AlgoConfig, sampling_cfg: SamplingConfig):
 def make_rl_step(graphdef, tx, algo: AlgoConfig, sampling_cfg: SamplingConfig,
                  micro_batches: int = 1):
   """The clipped policy-gradient step over `make_rl_loss`."""
-  loss_fn = make_rl_loss(graphdef, algo, sampling_cfg)
-
-  def step(state: TrainState, batch: Batch, ref_params=None):
-    (loss, metrics), grads = value_and_grad_micro(loss_fn, state.params, batch, ref_params,
-                                                  micro_batches=micro_batches)
-    return apply_update(tx, state, loss, grads, metrics)
-
-  return jax.jit(step, donate_argnums=0)
+  return Update(tx, make_rl_loss(graphdef, algo, sampling_cfg), micro_batches)

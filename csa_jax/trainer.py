@@ -39,7 +39,7 @@ from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.config import ExperimentConfig, demos_dir, micro_batches, to_dict
 from csa_jax.evaluation import evaluate
 from csa_jax.guard import NonFiniteGuard
-from csa_jax.model import Decoder, hf
+from csa_jax.model import Decoder, hf, lora
 from csa_jax.policy import SamplerPolicy, sampling_config
 from csa_jax.setup_checks import SetupError, check_processes
 from csa_jax.sft_rows import demo_corpus, demo_rows
@@ -115,7 +115,8 @@ class Trainer:
                                         param_dtype=c.model.param_dtype,
                                         mesh=self.mesh, rules=mesh_lib.TRAIN_RULES,
                                         remat=c.model.remat,
-                                        scan_layers=c.model.scan_layers)
+                                        scan_layers=c.model.scan_layers,
+                                        lora=c.model.lora, seed=c.seed)
       except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
         raise SetupError(f"model_path {c.model_path}: {str(e).splitlines()[0]}") from None
       fmt = (rollout_lib.PromptFormat.chat(tok, c.rollout.action_format) if tok.chat_template
@@ -225,7 +226,8 @@ class Trainer:
     p_sh = mesh_lib.state_shardings(params, self.mesh, mesh_lib.TRAIN_RULES)
     return jax.device_put(state, ts.TrainState(
         step=mesh_lib.replicated(self.mesh), params=p_sh,
-        opt_state=mesh_lib.opt_state_shardings(tx, state.opt_state, p_sh, self.mesh)))
+        opt_state=mesh_lib.opt_state_shardings(tx, state.opt_state, lora.trainable(p_sh),
+                                               self.mesh)))
 
   def _batches(self, rows, batch_size: int, *, seed: int, epochs: int, phase: str,
                pack: bool | None = None):
@@ -334,7 +336,10 @@ class Trainer:
     so that a resumed run anchors to SFT and not to the RL weights it restored."""
     if not (self.cfg.algo.kl_coef or self.algo.needs_sft_reference):
       return None
-    return self.sft_ckpt.restore(params_template)[0]
+    # LoRA: the SFT adapters over the policy's own base buffers (no copy); else a copy of
+    # the SFT parameters, in algo.ref_dtype.
+    return self.sft_ckpt.restore(ts.reference_params(params_template,
+                                                     self.cfg.algo.ref_dtype))[0]
 
   def run(self) -> dict[str, Any]:
     """Runs (or resumes) the experiment; the summary of its held-out evaluations.
@@ -485,6 +490,8 @@ class Trainer:
                    "summary": self.summary, "nonfinite": self.guard.state(),
                    "rollout_key": self.policies["rollout"].key_state(),
                    "processes": dist.process_count(), "pack_counts": self.pack_counts}
+    if self.cfg.model.lora.enabled:  # the checkpoint holds the adapters; this, the base
+      meta["lora_base"] = self.cfg.model_path or f"from scratch, seed {self.cfg.seed}"
     if dist.multi():  # each process's own sampler stream; the meta is process 0's
       keys = dist.gather_concat(np.asarray(self.policies["rollout"].key_state(), np.uint32))
       meta["rollout_keys"] = keys.reshape(dist.process_count(), -1).tolist()

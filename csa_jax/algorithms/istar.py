@@ -37,6 +37,7 @@ import numpy as np
 from csa_jax import advantages as adv_lib
 from csa_jax import groups
 from csa_jax import train_step as ts
+from csa_jax.model import lora
 from csa_jax.algorithms import base
 from csa_jax.algorithms.estimator import shaped_rewards
 from csa_jax.sampling import sampling_logprobs
@@ -127,7 +128,10 @@ class IStar(base.Algorithm):
       loss_fn = _prm_loss_fn(ctx.graphdef, ctx.sampling_cfg, s.beta, c.rollout.tasks_per_iter,
                              c.rollout.group_size, c.rollout.max_turns)
       tx = base.aux_optimizer(s.learning_rate, s.grad_clip)
-      grad = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+      # The gradient of the trainable part only (a LoRA PRM's adapters; all of a full one).
+      grad_t = jax.value_and_grad(
+          lambda t, frozen, b, w: loss_fn(lora.merge(t, frozen), b, w), has_aux=True)
+      grad = jax.jit(lambda p, b, w: grad_t(*lora.split(p), b, w))
       apply = jax.jit(lambda st, loss, g: ts.apply_update(tx, st, loss, g, {}),
                       donate_argnums=0)
       self._fns = grad, apply

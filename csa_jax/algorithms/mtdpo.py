@@ -83,17 +83,14 @@ def _row_scores(graphdef, scfg, params, batch):
 
 
 def make_dpo_step(graphdef, tx, scfg, beta: float, num_pairs: int):
-  def loss_fn(params, batch):
+  def loss_fn(params, batch, ref_params):
+    del ref_params  # the reference's scores are in the batch
     s_Px2, valid_P = _pair_scores(batch, _row_scores(graphdef, scfg, params, batch), num_pairs)
     ref_Px2, _ = _pair_scores(batch, batch["ref_logp"], num_pairs)
     return mdpo_loss(s_Px2, ref_Px2, valid_P, beta=beta)
 
-  def step(state, batch, ref_params=None):
-    del ref_params  # the reference's scores are in the batch
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
-    return ts.apply_update(tx, state, loss, grads, metrics)
-
-  return jax.jit(step, donate_argnums=0)
+  # ts.Update: the trainable part alone is differentiated and donated (LoRA adapters).
+  return ts.Update(tx, loss_fn)
 
 
 class MultiTurnDPO(base.Algorithm):

@@ -43,6 +43,56 @@ class Llama3RopeScaling:
                        f"> 0, got {self.original_max_position_embeddings}")
 
 
+# The decoder's projections a LoRA adapter may sit on (Hugging Face / PEFT module names).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoRAConfig:
+  """Low-rank adapters (Hu et al. 2021, arXiv 2106.09685) on the decoder's projections.
+
+  rank 0: off (every parameter trains). rank r > 0: each projection named in `targets`
+  computes x W + (alpha / r) (x A) B with A [in, r] and B [r, out] trainable (A as PEFT
+  initialises it, uniform in +-1/sqrt(in); B zero, so a fresh adapter leaves the model as
+  it was) and every other parameter frozen (csa_jax/model/lora.py). param_dtype: the
+  adapters' storage dtype (the base weights keep ModelConfig.param_dtype).
+  """
+  rank: int = 0
+  alpha: float = 16.0
+  targets: tuple[str, ...] = LORA_TARGETS
+  param_dtype: str = "float32"
+
+  def __post_init__(self):
+    if not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank < 0:
+      raise ValueError(f"LoRAConfig.rank must be an int >= 0 (0: off), got {self.rank!r}")
+    if not self.alpha > 0:
+      raise ValueError(f"LoRAConfig.alpha must be > 0, got {self.alpha}")
+    object.__setattr__(self, "targets", tuple(self.targets))
+    bad = [t for t in self.targets if t not in LORA_TARGETS]
+    if bad or (self.rank and not self.targets):
+      raise ValueError(f"LoRAConfig.targets must be a non-empty subset of "
+                       f"{', '.join(LORA_TARGETS)}, got {self.targets!r}")
+    if self.param_dtype not in _DTYPES:
+      raise ValueError(f"LoRAConfig.param_dtype must be one of {sorted(_DTYPES)}, "
+                       f"got {self.param_dtype!r}")
+
+  @property
+  def enabled(self) -> bool:
+    return self.rank > 0
+
+  @property
+  def scale(self) -> float:
+    return self.alpha / self.rank
+
+  @property
+  def jnp_param_dtype(self) -> Any:
+    return _DTYPES[self.param_dtype]
+
+  def on(self, name: str) -> bool:
+    """Whether the projection `name` carries an adapter."""
+    return self.enabled and name in self.targets
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """Decoder hyper-parameters; dtypes are strings ("float32" / "bfloat16").
@@ -53,6 +103,7 @@ class ModelConfig:
   scan_layers: store the layers stacked and run them as one lax.scan (compile time
   flat in depth; see csa_jax/model/decoder.py). Changes the parameter tree, so a
   checkpoint restores only into a model with the same setting.
+  lora: low-rank adapters with the base weights frozen (LoRAConfig; rank 0: off).
   """
   vocab_size: int
   hidden_size: int
@@ -71,6 +122,7 @@ class ModelConfig:
   dtype: str = "float32"
   remat: bool = False
   scan_layers: bool = False
+  lora: LoRAConfig = LoRAConfig()
 
   def __post_init__(self):
     for name in ("vocab_size", "hidden_size", "intermediate_size",
@@ -101,6 +153,8 @@ class ModelConfig:
       if not isinstance(getattr(self, name), bool):
         raise ValueError(f"ModelConfig.{name} must be true or false, "
                          f"got {getattr(self, name)!r}")
+    if not isinstance(self.lora, LoRAConfig):
+      raise ValueError(f"ModelConfig.lora must be a LoRAConfig, got {self.lora!r}")
     for name in ("param_dtype", "dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f"ModelConfig.{name} must be one of "

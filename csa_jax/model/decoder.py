@@ -83,24 +83,51 @@ def _param(value: jax.Array, axes: Sequence[str | None]) -> nnx.Param:
   return nnx.Param(value, out_sharding=tuple(axes), eager_sharding=False)
 
 
+# The logical axis of a LoRA adapter's rank (in no rules table: replicated).
+LORA_RANK_AXIS = "lora_rank"
+
+
 class Dense(nnx.Module):
-  """y = x . kernel (+ bias), contracting the last len(in_shape) axes of x."""
+  """y = x . kernel (+ bias), contracting the last len(in_shape) axes of x.
+
+  With `lora` (ModelConfig.lora enabled for this projection), also + (alpha / r) (x . A) . B:
+  lora_a [in..., r] and lora_b [r, out...] are nnx.LoRAParam (csa_jax/model/lora.py: the
+  trainable part), A drawn from the kernel's key folded (so the base weights of a seed do
+  not depend on the adapters) and B zero.
+  """
 
   def __init__(self, in_shape: tuple[int, ...], out_shape: tuple[int, ...],
                in_axes: tuple[str, ...], out_axes: tuple[str, ...], *,
-               cfg: ModelConfig, use_bias: bool, rngs: nnx.Rngs):
+               cfg: ModelConfig, use_bias: bool, rngs: nnx.Rngs, lora: bool = False):
     init = nnx.initializers.normal(stddev=0.02)
-    self.kernel = _param(
-        init(rngs.params(), in_shape + out_shape, cfg.jnp_param_dtype),
-        in_axes + out_axes)
+    key = rngs.params()
+    self.kernel = _param(init(key, in_shape + out_shape, cfg.jnp_param_dtype),
+                         in_axes + out_axes)
     self.bias = (_param(jnp.zeros(out_shape, cfg.jnp_param_dtype), out_axes)
                  if use_bias else None)
     self.n_in = len(in_shape)
     self.dtype = cfg.jnp_dtype
+    lora_a = lora_b = None
+    if lora:
+      lc = cfg.lora
+      dtype = lc.jnp_param_dtype
+      bound = 1.0 / math.sqrt(math.prod(in_shape))  # PEFT's kaiming_uniform(a=sqrt(5))
+      lora_a = nnx.LoRAParam(
+          jax.random.uniform(jax.random.fold_in(key, 1), in_shape + (lc.rank,), dtype,
+                             -bound, bound),
+          out_sharding=tuple(in_axes) + (LORA_RANK_AXIS,), eager_sharding=False)
+      lora_b = nnx.LoRAParam(jnp.zeros((lc.rank,) + out_shape, dtype),
+                             out_sharding=(LORA_RANK_AXIS,) + tuple(out_axes),
+                             eager_sharding=False)
+    self.lora_a, self.lora_b = lora_a, lora_b
+    self.lora_scale = cfg.lora.scale if lora else 0.0
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    y = jnp.tensordot(x.astype(self.dtype),
-                      self.kernel[...].astype(self.dtype), axes=self.n_in)
+    x = x.astype(self.dtype)
+    y = jnp.tensordot(x, self.kernel[...].astype(self.dtype), axes=self.n_in)
+    if self.lora_a is not None:
+      xa = jnp.tensordot(x, self.lora_a[...].astype(self.dtype), axes=self.n_in)
+      y = y + self.lora_scale * jnp.tensordot(xa, self.lora_b[...].astype(self.dtype), axes=1)
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     return y
@@ -161,14 +188,15 @@ class Attention(nnx.Module):
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
     d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     kw = dict(cfg=cfg, rngs=rngs)
+    on = cfg.lora.on
     self.q_proj = Dense((d,), (h, dh), ("embed",), ("q_heads", "head_dim"),
-                        use_bias=cfg.qkv_bias, **kw)
+                        use_bias=cfg.qkv_bias, lora=on("q_proj"), **kw)
     self.k_proj = Dense((d,), (k, dh), ("embed",), ("kv_heads", "head_dim"),
-                        use_bias=cfg.qkv_bias, **kw)
+                        use_bias=cfg.qkv_bias, lora=on("k_proj"), **kw)
     self.v_proj = Dense((d,), (k, dh), ("embed",), ("kv_heads", "head_dim"),
-                        use_bias=cfg.qkv_bias, **kw)
+                        use_bias=cfg.qkv_bias, lora=on("v_proj"), **kw)
     self.o_proj = Dense((h, dh), (d,), ("q_heads", "head_dim"), ("embed",),
-                        use_bias=False, **kw)
+                        use_bias=False, lora=on("o_proj"), **kw)
     self.num_kv_heads, self.num_groups = k, cfg.num_groups
     self.dtype = cfg.jnp_dtype
 
@@ -226,9 +254,10 @@ class MLP(nnx.Module):
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
     d, f = cfg.hidden_size, cfg.intermediate_size
     kw = dict(cfg=cfg, use_bias=False, rngs=rngs)
-    self.gate_proj = Dense((d,), (f,), ("embed",), ("mlp",), **kw)
-    self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **kw)
-    self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **kw)
+    on = cfg.lora.on
+    self.gate_proj = Dense((d,), (f,), ("embed",), ("mlp",), lora=on("gate_proj"), **kw)
+    self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), lora=on("up_proj"), **kw)
+    self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), lora=on("down_proj"), **kw)
 
   def __call__(self, x):
     return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -31,7 +31,7 @@ import safetensors.numpy
 from flax import nnx
 
 from csa_jax import mesh as mesh_lib
-from csa_jax.model.config import Llama3RopeScaling, ModelConfig
+from csa_jax.model.config import Llama3RopeScaling, LoRAConfig, ModelConfig
 from csa_jax.model.decoder import Decoder
 from csa_jax.tokenizer import Tokenizer
 
@@ -321,7 +321,8 @@ def load_model(path: str, *, dtype: str = "float32",
                param_dtype: str | None = None, max_seq_len: int | None = None,
                mesh: jax.sharding.Mesh | None = None,
                rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
-               remat: bool = False, scan_layers: bool = False) -> Decoder:
+               remat: bool = False, scan_layers: bool = False,
+               lora: LoRAConfig | None = None, seed: int = 0) -> Decoder:
   """The Decoder of a local HF directory; see `from_pretrained`."""
   if not os.path.isdir(path):
     raise HFCheckpointError(f"not a directory: {path}")
@@ -331,18 +332,30 @@ def load_model(path: str, *, dtype: str = "float32",
     raise HFCheckpointError(f"{cfg_path}: expected a JSON object")
   cfg = config_from_hf(hf_cfg, dtype=dtype, param_dtype=param_dtype,
                        max_seq_len=max_seq_len, source=cfg_path).replace(
-                           remat=remat, scan_layers=scan_layers)
-  abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
+                           remat=remat, scan_layers=scan_layers,
+                           lora=lora or LoRAConfig())
+  abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(seed)))
   graphdef, state, flat = _flat_params(abstract)
   shardings = None
   if mesh is not None:
     shardings = dict(nnx.to_flat_state(
         mesh_lib.state_shardings(state, mesh, rules)))
+  adapters = {}
+  if cfg.lora.enabled:  # not in the checkpoint: A drawn from `seed`, B zero
+    from csa_jax.model import lora as lora_lib  # pylint: disable=import-outside-toplevel
+    ad_sh = None
+    if mesh is not None:
+      ad_sh = nnx.split_state(mesh_lib.state_shardings(state, mesh, rules),
+                              nnx.LoRAParam, ...)[0]
+    adapters = dict(nnx.to_flat_state(lora_lib.init_adapters(cfg, seed, ad_sh)))
   np_dtype = _NP_DTYPES[cfg.param_dtype]
   with contextlib.ExitStack() as stack:
     tensors = _Tensors(path, stack)
     expected = set()
     for p, var in flat:
+      if p in adapters:
+        var.set_value(adapters[p].get_value())
+        continue
       parts = _per_layer(p, cfg)
       shape = tuple(var.get_value().shape)[len(parts) > 1:]  # one layer's
       values = []
@@ -380,7 +393,8 @@ def from_pretrained(path: str, *, dtype: str = "float32",
                     mesh: jax.sharding.Mesh | None = None,
                     rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
                     load_tokenizer: bool = True, remat: bool = False,
-                    scan_layers: bool = False
+                    scan_layers: bool = False, lora: LoRAConfig | None = None,
+                    seed: int = 0
                     ) -> tuple[Decoder, Tokenizer | None]:
   """Loads a local HF Llama / Qwen2 directory: (model, tokenizer).
 
@@ -388,14 +402,15 @@ def from_pretrained(path: str, *, dtype: str = "float32",
   (default: dtype). max_seq_len: default max_position_embeddings. With a mesh,
   each parameter is placed straight onto its shards by `rules` (never whole
   on one device). remat: rematerialise each layer in the backward pass; scan_layers:
-  stack the layers and scan over them (`ModelConfig.scan_layers`). The model
+  stack the layers and scan over them (`ModelConfig.scan_layers`). lora: adapters on
+  the loaded (frozen) base, A drawn from `seed` and B zero (csa_jax/model/lora.py). The model
   maps tokens [B, T] to float32 logits [B, T, V].
   The tokenizer (None when load_tokenizer=False) is
   `Tokenizer.from_hf_dir(path)`.
   """
   model = load_model(path, dtype=dtype, param_dtype=param_dtype,
                      max_seq_len=max_seq_len, mesh=mesh, rules=rules, remat=remat,
-                     scan_layers=scan_layers)
+                     scan_layers=scan_layers, lora=lora, seed=seed)
   tok = Tokenizer.from_hf_dir(path) if load_tokenizer else None
   return model, tok
 
@@ -414,8 +429,13 @@ def save_pretrained(model: Decoder, path: str, *, dtype: str | None = None,
   """Writes config.json and safetensors weights that transformers loads.
 
   dtype: stored dtype (default the model's param_dtype). With max_shard_bytes,
-  writes model-0000i-of-0000n.safetensors plus the index file.
+  writes model-0000i-of-0000n.safetensors plus the index file. A model with LoRA
+  adapters is written merged (W + alpha / r A B: csa_jax/model/lora.py, `merged_model`);
+  `lora.save_peft` writes the adapters alone.
   """
+  if model.cfg.lora.enabled:
+    from csa_jax.model import lora as lora_lib  # pylint: disable=import-outside-toplevel
+    model = lora_lib.merged_model(model)
   cfg = model.cfg
   dtype = dtype or cfg.param_dtype
   if dtype not in _NP_DTYPES:
