@@ -464,7 +464,7 @@ def test_spa_estimator_learns_and_progress_matches_row_by_row(tmp_path):
   assert loss(est.params) < 0.1
 
   trajs = _trajs(cfg, rng, np.zeros((3, 3)))
-  c = algo.progress_BxGxT(ctx, est.params, trajs, (3, 3, 3))
+  c = algo.progress_BxGxT(ctx, est.params, groups.from_episodes(trajs, 3, 3))
   model = nnx.merge(ctx.graphdef, est.params["body"])
   head = est.params["head"]
   for k, tr in enumerate(trajs):
