@@ -17,6 +17,7 @@ TEST_DEPENDENCIES = {
     "hypothesis": "hypothesis",
     "torch": "torch (PyTorch, the CPU build is enough)",
     "transformers": "transformers",
+    "peft": "peft",
     "alfworld": "alfworld",
     "scienceworld": "scienceworld",
     "textworld_express": "textworld-express",
