@@ -88,8 +88,8 @@ def _envs():
 
 
 def _methods():
-  from csa_jax.config import METHODS  # pylint: disable=import-outside-toplevel
-  return METHODS
+  from csa_jax import algorithms  # pylint: disable=import-outside-toplevel
+  return algorithms.names()
 
 
 def _agg_modes():
@@ -152,6 +152,13 @@ FIELDS: dict[str, Field] = {
     "model.dtype": F("compute dtype of matmuls and activations",
                      one_of(("float32", "bfloat16"))),
     "model.remat": F("rematerialise each layer in the backward pass (saves memory)"),
+    "model.lora.rank": F("LoRA adapters' rank on the targeted projections (0: off, every "
+                         "parameter trains)", ge(0)),
+    "model.lora.alpha": F("LoRA scale: the update is alpha / rank x (x A) B", gt(0)),
+    "model.lora.targets": F("projections that get adapters (q_proj, k_proj, v_proj, o_proj, "
+                            "gate_proj, up_proj, down_proj)"),
+    "model.lora.param_dtype": F("storage dtype of the adapters",
+                                one_of(("float32", "bfloat16"))),
     "model.scan_layers": F("stack the layers and run them as one lax.scan (compile time "
                            "flat in depth)"),
     # rollout
@@ -190,6 +197,8 @@ FIELDS: dict[str, Field] = {
     "algo.gamma": F("discount of step returns (GiGPO, CSA+GiGPO)", within(0, 1)),
     "algo.w": F("GiGPO: weight of the step-group term", ge(0)),
     "algo.eps": F("added to standard deviations before dividing", gt(0)),
+    "algo.ddof": F("delta degrees of freedom of the estimators' standard deviations (1: "
+                   "unbiased, as torch.std in GRPO)", ge(0)),
     "algo.std_normalize": F("divide group advantages by the group's standard deviation"),
     "algo.clip_low": F("PPO ratio clip below: 1 - clip_low", within(0, 1, hi_open=True)),
     "algo.clip_high": F("PPO ratio clip above: 1 + clip_high", ge(0)),
@@ -199,6 +208,8 @@ FIELDS: dict[str, Field] = {
                        one_of(_agg_modes)),
     "algo.kl_coef": F("weight of the KL to the SFT policy (0: off)", ge(0)),
     "algo.kl_kind": F("KL estimator", one_of(_kl_kinds)),
+    "algo.ref_dtype": F("dtype of the KL reference's copy ('': the parameters')",
+                        one_of(("", "float32", "bfloat16"))),
     "algo.entropy_coef": F("entropy bonus weight (0: off)", ge(0)),
     "algo.dynamic_sampling": F("DAPO: drop groups whose rewards are all equal and sample "
                                "more"),
@@ -227,7 +238,12 @@ FIELDS: dict[str, Field] = {
     "algo.spa.batch_rows": F("SPA-RL: rows per estimator batch", ge(1)),
     "algo.spa.progress_coef": F("SPA-RL: weight of the estimated progress in the step "
                                 "reward"),
-    "algo.spa.grounding": F("SPA-RL: bonus per executed (valid) action"),
+    "algo.spa.grounding": F("SPA-RL: size of the grounding term (see grounding_mode)", ge(0)),
+    "algo.spa.grounding_mode": F("SPA-RL: 'penalty' (-grounding per rejected action) or "
+                                 "'bonus' (+grounding per executed one, the paper's form)",
+                                 one_of(("penalty", "bonus"))),
+    "algo.spa.explore_share": F("SPA-RL: share of rl_env_steps its exploration may use",
+                                within(0, 1, lo_open=True)),
     "algo.spa.gamma": F("SPA-RL: discount of step returns", within(0, 1)),
     "algo.mtdpo.beta": F("multi-turn DPO: beta (the KL anchor)", gt(0)),
     "algo.mtdpo.reference": F("multi-turn DPO: reference policy, the SFT weights or the "
@@ -239,6 +255,8 @@ FIELDS: dict[str, Field] = {
     "optim.grad_clip": F("global gradient-norm clip (0: off)", ge(0)),
     "optim.b1": F("AdamW beta1", within(0, 1, hi_open=True)),
     "optim.b2": F("AdamW beta2", within(0, 1, hi_open=True)),
+    "optim.mu_dtype": F("dtype of AdamW's first moment ('': the parameters')",
+                        one_of(("", "float32", "bfloat16"))),
     "optim.micro_batch_size": F("rows per forward/backward pass (gradient accumulation; "
                                 "0: the whole batch)", ge(0)),
     "optim.pack_rows": F("pack training rows into fixed-length sequences (less padding)"),
@@ -252,6 +270,8 @@ FIELDS: dict[str, Field] = {
     "sft.batch_size": F("rows per SFT update", ge(1)),
     "sft.learning_rate": F("SFT learning rate", gt(0)),
     "sft.init_from": F("a run directory whose SFT stage to start from (empty: run SFT here)"),
+    "sft.demo_filter": F("which expert episodes are cloned: won ones, or all (a noisy "
+                         "demonstrator, as on KeyDoor)", one_of(("won", "all"))),
     # eval
     "eval.num_episodes": F("held-out tasks evaluated, one episode each", ge(1)),
     "eval.first_task": F("the first held-out task index of eval_split", ge(0)),

@@ -25,7 +25,7 @@ REL_TOL = 1e-4  # tests/test_hf_parity.py: fp32 logits within 1e-4 of the logits
 
 
 def tiny_cfg(demos_dir, iterations=1):
-  return apply_overrides(experiments.get_experiment("quickstart"), [
+  return apply_overrides(experiments.get_experiment("quickstart_coin"), [
       f"sft.demos_dir={demos_dir}", "sft.num_demos=6", "sft.epochs=3", "sft.batch_size=16",
       "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
       "rollout.max_turns=4", "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6",

@@ -58,7 +58,8 @@ def _refused(out, workdir, *needles):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["--set", "env.kwargs.game=nosuchgame"], ["unknown TextWorldExpress game 'nosuchgame'"]),
+    (["--exp", "quickstart_coin", "--set", "env.kwargs.game=nosuchgame"],
+     ["unknown TextWorldExpress game 'nosuchgame'"]),
     (["--set", "env.eval_split=nosplit"], ["split 'nosplit'", "unknown split"]),
     (["--set", "env.train_split=dev", "--set", "env.num_train_tasks=100000"],
      ["env.num_train_tasks = 100000", "tasks in split 'dev'"]),

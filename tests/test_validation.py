@@ -63,7 +63,7 @@ TABLE = [
     ("env=nosuch", _sets("env.name=nosuch"), ["env.name must be one of", "'twx'"]),
     ("seed=-1", _sets("seed=-1"), ["seed must be >= 0"]),
     ("vocab", _sets("tokenizer.vocab_size=4096"),
-     ["tokenizer.vocab_size=4096 exceeds model.vocab_size=1024"]),
+     ["tokenizer.vocab_size=4096 exceeds model.vocab_size=512"]),
     ("unknown-exp", ["--exp", "nosuch"], ["unknown experiment 'nosuch'; known: "]),
     ("unknown-key", _sets("rollout.grup_size=3"), ["unknown config key 'rollout.grup_size'"]),
     ("list-family", ["--list", "nosuch"], ["no experiment family 'nosuch'"]),
@@ -227,7 +227,7 @@ def test_list_groups_by_family_quickstart_first(capsys):
   assert max(cpu) < min(acc)
   assert launch.main(["--list", "twx_coin"]) == 0
   names = [l.split()[0] for l in capsys.readouterr().out.splitlines()]
-  assert "twx_coin_csa" in names and "twx_coin_grpo" in names and len(names) == 14
+  assert "twx_coin_csa" in names and "twx_coin_grpo" in names and len(names) == 15
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -257,7 +257,7 @@ def test_a_budget_too_small_is_one_line_on_stderr(tmp_path):
   bars and warnings stay off stderr."""
   work = tmp_path / "w"
   out = subprocess.run(
-      [sys.executable, "launch.py", "--workdir", str(work), *_sets(
+      [sys.executable, "launch.py", "--exp", "quickstart_coin", "--workdir", str(work), *_sets(
           "rollout.max_prompt_tokens=8", f"sft.demos_dir={tmp_path / 'demos'}",
           "sft.num_demos=4", "env.kwargs.step_limit=4", "rollout.num_envs=2",
           "eval.num_episodes=2")],
