@@ -66,9 +66,9 @@ def test_method_runs_and_resumes_with_its_aux_state(sft, tmp_path, monkeypatch, 
   seen = []
   real = cls.prepare
 
-  def spy(self, ctx, it, trajs, arrays, params, aux):
+  def spy(self, ctx, it, batch, params, aux):
     seen.append(jax.tree.map(np.asarray, aux))
-    return real(self, ctx, it, trajs, arrays, params, aux)
+    return real(self, ctx, it, batch, params, aux)
 
   monkeypatch.setattr(cls, "prepare", spy)
   run(f"twx_coin_{method}", work, f"sft.init_from={sft}", "rl_iterations=2", resume=True)
@@ -94,11 +94,11 @@ def test_mtdpo_runs_end_to_end(sft, tmp_path, capsys, monkeypatch):
   (before pairs are picked): the DPO step surely runs inside the trainer."""
   real = mtdpo.MultiTurnDPO.prepare
 
-  def relabel(self, ctx, it, trajs, arrays, params, aux):
-    won = np.zeros_like(arrays.rewards_BxG)
+  def relabel(self, ctx, it, batch, params, aux):
+    won = np.zeros_like(batch.arrays.rewards_BxG)
     won[:, 0] = 1.0
-    arrays = dataclasses.replace(arrays, rewards_BxG=won)
-    return real(self, ctx, it, trajs, arrays, params, aux)
+    batch = dataclasses.replace(batch, arrays=dataclasses.replace(batch.arrays, rewards_BxG=won))
+    return real(self, ctx, it, batch, params, aux)
 
   monkeypatch.setattr(mtdpo.MultiTurnDPO, "prepare", relabel)
   work = tmp_path / "mtdpo"

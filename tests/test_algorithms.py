@@ -534,7 +534,7 @@ def test_mdpo_without_pairs_skips():
 
 
 @pytest.mark.parametrize("pairs, needle", [
-    (["algo.method=ppo"], "algo.method must be one of estimator, istar, spa, mtdpo"),
+    (["algo.method=ppo"], "algo.method must be one of 'estimator', 'istar', 'spa', 'mtdpo'"),
     (["algo.method=mtdpo", "algo.kl_coef=0.05"], "set algo.kl_coef=0"),
     (["algo.mtdpo.reference=self"], "algo.mtdpo.reference must be"),
     (["algo.spa.explore_k=0"], "explore_k"),

@@ -176,6 +176,8 @@ def _pinned_metrics(path: str) -> list[dict]:
   with open(path) as f:
     for line in f:
       rec = json.loads(line)
+      if "sft/batch" in rec:  # the SFT loss curve (one line per log_every batches): logging
+        continue             # added after this file was written, not a result
       lines.append({k: v for k, v in rec.items()
                     if not (k.endswith(_TIMING_SUFFIXES) or k.startswith(_TIMING_PREFIXES))})
   return lines

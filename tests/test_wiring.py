@@ -591,6 +591,7 @@ WIRING_TESTS = {
     "eps": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "std_normalize": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "ddof": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
+    "ref_dtype": ["test_lora::test_a_bfloat16_reference_and_first_moment_for_full_parameter_runs"],
     "clip_low": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
     "clip_high": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
     "dual_clip": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
