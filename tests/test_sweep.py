@@ -72,7 +72,8 @@ def test_tiny_sweep_end_to_end(tmp_path):
   assert sweep.main(argv) == 0
   out = tmp_path / "reports" / "t" / "runs"
   for run in ("sft_seed0", "grpo_seed0"):
-    assert sorted(os.listdir(out / run)) == ["DONE", "config.json", "metrics.jsonl"]
+    assert sorted(os.listdir(out / run)) == ["DONE", "config.json", "eval", "metrics.jsonl"]
+    assert os.listdir(out / run / "eval") == ["episodes.jsonl"]  # per-episode outcomes
   assert (tmp_path / "reports" / "t" / "commands.txt").read_text().startswith(
       "python -m studies.sweep --family twx_coin")
   # A second call finds everything done and launches nothing.
