@@ -432,14 +432,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        "algo.kl_coef=0 and algo.entropy_coef=0"),
       (a.spa.explore_tasks >= 1 and a.spa.explore_k >= 1 and a.spa.epochs >= 1,
        "algo.spa.explore_tasks, explore_k and epochs must be >= 1"),
-      (0.0 < a.spa.explore_share <= 1.0, "algo.spa.explore_share must be in (0, 1]"),
-      (a.spa.grounding_mode in ("penalty", "bonus"),
-       "algo.spa.grounding_mode must be penalty or bonus"),
       (not cfg.sft.init_from or has_sft_checkpoint(cfg.sft.init_from),
        f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
        f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),
       (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
-      (cfg.sft.demo_filter in ("won", "all"), "sft.demo_filter must be 'won' or 'all'"),
       (cfg.rl_env_steps >= 0, "rl_env_steps must be >= 0 (0: no budget in steps)"),
       (cfg.optim.micro_batch_size >= 0 and all(
           not cfg.optim.micro_batch_size or n % cfg.optim.micro_batch_size == 0
