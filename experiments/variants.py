@@ -44,14 +44,20 @@ VARIANTS: dict[str, dict] = {
     "istar": GRPO | dict(method="istar", estimator="rloo"),
     # SPA-RL: its grounding bonus for executed actions takes the invalid penalty's place.
     "spa": GRPO | dict(method="spa", invalid_penalty=0.0),
+    # SPA-RL with the paper's literal grounding term, +grounding per executed action: the
+    # form that made every coin_doors seed worse (issue 26; reports/spa_grounding/).
+    "spa_bonus": GRPO | dict(method="spa", invalid_penalty=0.0, spa=dict(grounding_mode="bonus")),
     # Multi-turn DPO: the DPO loss alone, whose beta anchors it to the SFT reference.
     "mtdpo": GRPO | dict(method="mtdpo", kl_coef=0.0, entropy_coef=0.0),
 }
 
 
 def variant(base: ExperimentConfig, name: str, algo: str) -> ExperimentConfig:
-  return dataclasses.replace(base, name=name,
-                             algo=dataclasses.replace(base.algo, **VARIANTS[algo]))
+  """`base` with the fields of VARIANTS[algo]; a dict value sets fields of a nested config
+  (algo.spa), so the family's other settings of that config are kept."""
+  fields = {k: dataclasses.replace(getattr(base.algo, k), **v) if isinstance(v, dict) else v
+            for k, v in VARIANTS[algo].items()}
+  return dataclasses.replace(base, name=name, algo=dataclasses.replace(base.algo, **fields))
 
 
 def register_family(prefix: str, base: Callable[[], ExperimentConfig], doc: str) -> None:

@@ -67,3 +67,21 @@ def test_overlap_halves_the_sampler_rows_prefill_chunk_must_divide(cfg):
     apply_overrides(cfg, ["rollout.num_envs=8", "rollout.prefill_chunk=8", "rollout.overlap=true"])
   with pytest.raises(ConfigError, match="expected a bool"):
     apply_overrides(cfg, ["optim.pack_rows=sometimes"])
+
+
+def test_spa_bonus_variant_changes_only_the_grounding_mode_and_keeps_family_spa_settings():
+  """Catches a variant whose nested dict replaces the family's whole algo.spa (the full-size
+  ALFWorld families set their own SPA learning rate and explore_k) or that differs from
+  `spa` in another field."""
+  import dataclasses
+  from experiments import get_experiment, list_experiments
+  names = [n for n in list_experiments() if n.endswith("_spa_bonus")]
+  assert "alfworld_qwen7b_spa_bonus" in names and "coin_doors_spa_bonus" in names
+  for name in names:
+    bonus, spa = get_experiment(name), get_experiment(name[:-len("_bonus")])
+    assert bonus.algo.spa.grounding_mode == "bonus" and spa.algo.spa.grounding_mode == "penalty"
+    assert dataclasses.replace(bonus.algo.spa, grounding_mode="penalty") == spa.algo.spa, name
+    assert dataclasses.replace(bonus, name=spa.name,
+                               algo=dataclasses.replace(bonus.algo, spa=spa.algo.spa)) == spa
+  full = get_experiment("alfworld_qwen7b_spa_bonus").algo.spa
+  assert (full.learning_rate, full.explore_k) == (3e-6, 10)

@@ -227,7 +227,9 @@ def test_list_groups_by_family_quickstart_first(capsys):
   assert max(cpu) < min(acc)
   assert launch.main(["--list", "twx_coin"]) == 0
   names = [l.split()[0] for l in capsys.readouterr().out.splitlines()]
-  assert "twx_coin_csa" in names and "twx_coin_grpo" in names and len(names) == 15
+  from experiments.variants import VARIANTS
+  assert "twx_coin_csa" in names and "twx_coin_grpo" in names
+  assert sorted(names) == sorted(f"twx_coin_{v}" for v in VARIANTS)
 
 
 @pytest.mark.parametrize("argv, needle", [
