@@ -70,7 +70,9 @@ def plan(family: str | list[str], methods: list[str], seeds: list[int], extra: l
     for fam in families:
       where = f"{fam}/" if by_family else ""
       sft = f"{where}sft_seed{s}"
-      runs.append(Run(sft, f"{fam}_grpo", s, (f"seed={s}", "rl_iterations=0", *extra), None))
+      # rl_iterations=0 last: an `--set rl_iterations=N` meant for the RL runs must not
+      # turn the SFT start into an RL run (the later override wins).
+      runs.append(Run(sft, f"{fam}_grpo", s, (f"seed={s}", *extra, "rl_iterations=0"), None))
       for m in methods:
         runs.append(Run(f"{where}{m}_seed{s}", f"{fam}_{m}", s,
                         (f"seed={s}", f"sft.init_from={os.path.join(work_root, sft)}", *extra),
@@ -257,6 +259,10 @@ def parse_args(argv=None) -> argparse.Namespace:
   args.name = args.name or args.family
   if args.seeds < 1 or args.jobs < 1:
     p.error("--seeds and --jobs must be >= 1")
+  owned = [o for o in args.overrides if o.split("=", 1)[0].strip() in ("seed", "sft.init_from")]
+  if owned:
+    p.error(f"--set {owned[0]}: the sweep sets seed and sft.init_from itself "
+            "(--seeds, --seed-offset; every RL run starts from its seed's SFT run)")
   return args
 
 

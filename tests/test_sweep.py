@@ -85,3 +85,23 @@ def test_tiny_sweep_end_to_end(tmp_path):
   with open(tmp_path / "reports" / "t" / "summary.csv") as f:
     rows = {r["method"]: r for r in csv.DictReader(f)}
   assert rows["grpo"]["seeds"] == "1" and float(rows["grpo"]["delta_vs_grpo_mean"]) == 0.0
+
+
+def test_a_set_rl_iterations_reaches_the_rl_runs_but_not_the_sft_start(tmp_path):
+  """Catches the bug that turned a study's SFT starts into 40-iteration RL runs: `--set
+  rl_iterations=40` came after the SFT start's rl_iterations=0 and won."""
+  from csa_jax.config import apply_overrides
+  from experiments import get_experiment
+  runs = sweep.plan("coin_doors", ["spa"], [0], ["rl_iterations=40"], str(tmp_path))
+  # sft.init_from left out: apply_overrides checks that its checkpoint exists.
+  sft, spa = (apply_overrides(get_experiment(r.exp),
+                              [o for o in r.overrides if not o.startswith("sft.init_from=")])
+              for r in runs)
+  assert (sft.rl_iterations, spa.rl_iterations) == (0, 40)
+
+
+@pytest.mark.parametrize("owned", ["seed=3", "sft.init_from=/elsewhere"])
+def test_set_refuses_what_the_sweep_owns(owned, capsys):
+  with pytest.raises(SystemExit):
+    sweep.parse_args(["--family", "coin_doors", "--set", owned])
+  assert "the sweep sets seed and sft.init_from itself" in capsys.readouterr().err
