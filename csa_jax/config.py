@@ -15,6 +15,7 @@ import types
 import typing
 from typing import Any, Mapping
 
+from csa_jax import config_fields
 from csa_jax.losses import AGG_MODES
 from csa_jax.model import ModelConfig
 
@@ -383,8 +384,9 @@ def apply_overrides(cfg: ExperimentConfig, pairs: list[str]) -> ExperimentConfig
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   """Every leaf's type and range (csa_jax/config_fields.py), then cross-field checks that
   no single dataclass can make."""
-  from csa_jax import config_fields  # pylint: disable=import-outside-toplevel
-  config_fields.check(cfg)
+  problem = config_fields.first_problem(cfg)
+  if problem:
+    raise ConfigError(problem)
   r, a = cfg.rollout, cfg.algo
   checks = [
       (r.group_size >= 2, f"rollout.group_size must be >= 2 (got {r.group_size}): "

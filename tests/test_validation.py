@@ -18,7 +18,7 @@ import pytest
 import experiments
 import launch
 from csa_jax import config_fields
-from csa_jax.config import ConfigError, apply_overrides
+from csa_jax.config import ConfigError, ExperimentConfig, apply_overrides
 from environments import demo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,7 +161,7 @@ def test_every_leaf_of_every_experiment_has_help():
       if f is None or not f.help.strip():
         missing.add(leaf.key)
   assert not missing, f"no help in csa_jax/config_fields.py FIELDS for {sorted(missing)}"
-  declared = set(config_fields.declared_keys())
+  declared = set(config_fields.declared_keys(ExperimentConfig))
   assert declared - set(config_fields.FIELDS) == set(), (
       f"no help in csa_jax/config_fields.py FIELDS for "
       f"{sorted(declared - set(config_fields.FIELDS))}")
