@@ -60,7 +60,8 @@ _MAX_ABS = 1e30
 
 
 # ------------------------------------------------------------------------------------
-# Shared helpers.
+# Shared helpers; the public ones are also DAPO's (csa_jax/dapo.py), so that its
+# dynamic sampling uses the very tie rule of the estimators.
 # ------------------------------------------------------------------------------------
 
 
@@ -92,7 +93,7 @@ def _scaled(x, active, axis):
   return x / s, s
 
 
-def _center(x, active, axis, *, ddof, atol=0.0):
+def center(x, active, axis, *, ddof, atol=0.0):
   """(x - mean) / s over active entries along axis, and s (see `_scaled`).
 
   0 where degenerate: fewer than max(2, ddof + 1) active entries, or no spread
@@ -112,9 +113,9 @@ def _standardize(x, active, axis, *, eps, ddof, x_scale=1.0, atol=0.0):
   """(v - mean) / (std + eps) of the true values v = x * x_scale, over active entries.
 
   Inactive entries of `x` never enter a statistic and come out 0; degenerate sets
-  (see `_center`) come out 0. `x_scale` lets a caller pass pre-scaled values.
+  (see `center`) come out 0. `x_scale` lets a caller pass pre-scaled values.
   """
-  c, s = _center(x, active, axis, ddof=ddof, atol=atol)
+  c, s = center(x, active, axis, ddof=ddof, atol=atol)
   n = jnp.sum(active, axis=axis, keepdims=True)
   std = jnp.sqrt(jnp.sum(c**2, axis=axis, keepdims=True) / jnp.maximum(n - ddof, 1))
   # (v - mean) / (std_v + eps) == c / (std_c + eps / (s * x_scale)); if s * x_scale
@@ -123,11 +124,13 @@ def _standardize(x, active, axis, *, eps, ddof, x_scale=1.0, atol=0.0):
   return jnp.where(denom > 0, c / jnp.where(denom > 0, denom, 1.0), 0.0)
 
 
-def _as_mask(mask):
+def as_mask(mask):
+  """A bool mask from any 0/1 array."""
   return jnp.asarray(mask) != 0
 
 
-def _f32(x):
+def f32(x):
+  """float32: every statistic here is computed in it, whatever the caller passes."""
   return jnp.asarray(x, jnp.float32)
 
 
@@ -137,13 +140,13 @@ def _f32(x):
 
 
 
-def _rewards_and_valid(rewards_BxG, valid_BxG):
+def rewards_and_valid(rewards_BxG, valid_BxG):
   """float32 rewards [B, G] and a bool mask of real rollouts (all real when None)."""
-  rewards_BxG = _f32(rewards_BxG)
+  rewards_BxG = f32(rewards_BxG)
   _check_ndim("rewards_BxG", rewards_BxG, 2, "[B, G]")
   if valid_BxG is None:
     valid_BxG = jnp.ones(rewards_BxG.shape, bool)
-  valid_BxG = _as_mask(valid_BxG)
+  valid_BxG = as_mask(valid_BxG)
   _check_same("valid_BxG", valid_BxG.shape, "rewards_BxG", rewards_BxG.shape)
   return rewards_BxG, valid_BxG
 
@@ -166,11 +169,11 @@ def episode_advantages(rewards_BxG, *, valid_BxG=None, std_normalize=True, eps=1
     have fewer than max(2, ddof + 1) real rollouts.
   """
   _check_ddof(ddof)
-  rewards_BxG, valid_BxG = _rewards_and_valid(rewards_BxG, valid_BxG)
+  rewards_BxG, valid_BxG = rewards_and_valid(rewards_BxG, valid_BxG)
   if std_normalize:
     adv = _standardize(rewards_BxG, valid_BxG, -1, eps=eps, ddof=ddof)
   else:
-    c, s = _center(rewards_BxG, valid_BxG, -1, ddof=ddof)
+    c, s = center(rewards_BxG, valid_BxG, -1, ddof=ddof)
     adv = c * s
   return jax.lax.stop_gradient(adv)
 
@@ -182,16 +185,16 @@ def rloo_advantages(rewards_BxG, *, valid_BxG=None):
   Equal to `n / (n - 1) * (r_i - mean_j r_j)` with n real rollouts; 0 where n < 2, for
   padded rollouts, and where all rewards are equal.
   """
-  rewards_BxG, valid_BxG = _rewards_and_valid(rewards_BxG, valid_BxG)
-  c, s = _center(rewards_BxG, valid_BxG, -1, ddof=1)
+  rewards_BxG, valid_BxG = rewards_and_valid(rewards_BxG, valid_BxG)
+  c, s = center(rewards_BxG, valid_BxG, -1, ddof=1)
   n = jnp.sum(valid_BxG, axis=-1, keepdims=True)
   return jax.lax.stop_gradient(c * s * n / jnp.maximum(n - 1, 1))
 
 
 def broadcast_episode(adv_BxG, mask_BxGxT):
   """Episode advantage onto every active step, 0 on padded steps."""
-  mask_BxGxT = _as_mask(mask_BxGxT)
-  return jnp.where(mask_BxGxT, _f32(adv_BxG)[..., None], 0.0)
+  mask_BxGxT = as_mask(mask_BxGxT)
+  return jnp.where(mask_BxGxT, f32(adv_BxG)[..., None], 0.0)
 
 
 # ------------------------------------------------------------------------------------
@@ -199,7 +202,8 @@ def broadcast_episode(adv_BxG, mask_BxGxT):
 # ------------------------------------------------------------------------------------
 
 
-def _check_steps(mask_BxGxT, **arrays):
+def check_steps(mask_BxGxT, **arrays):
+  """Refuses a mask that is not [B, G, T] or a per-step array of another shape."""
   _check_ndim("mask_BxGxT", mask_BxGxT, 3, "[B, G, T]")
   for name, x in arrays.items():
     if x is not None:
@@ -214,10 +218,10 @@ def csa_components(rewards_BxG, logp_BxGxT, mask_BxGxT, *, eps=1e-6, ddof=1):
   rollouts j active at t: dev = logp - mean_j logp, l = A_E * dev, A_S = standardised l
   (0 where fewer than max(2, ddof + 1) rollouts are active or l has no spread).
   """
-  mask_BxGxT = _as_mask(mask_BxGxT)
-  logp_BxGxT = _f32(logp_BxGxT)
-  rewards_BxG = _f32(rewards_BxG)
-  _check_steps(mask_BxGxT, logp_BxGxT=logp_BxGxT)
+  mask_BxGxT = as_mask(mask_BxGxT)
+  logp_BxGxT = f32(logp_BxGxT)
+  rewards_BxG = f32(rewards_BxG)
+  check_steps(mask_BxGxT, logp_BxGxT=logp_BxGxT)
   _check_same("rewards_BxG", rewards_BxG.shape, "mask_BxGxT[..., 0]",
               mask_BxGxT.shape[:2])
   _check_ddof(ddof)
@@ -226,7 +230,7 @@ def csa_components(rewards_BxG, logp_BxGxT, mask_BxGxT, *, eps=1e-6, ddof=1):
   # dev / s_t, centred over the rollouts active at each step (axis G). The tie guard
   # makes dev exactly 0 where the log-probs tie: otherwise float32 rounding of the
   # mean would leave ulp-sized l, which the standardisation would blow up.
-  dev_BxGxT, s_Bx1xT = _center(logp_BxGxT, mask_BxGxT, 1, ddof=0)
+  dev_BxGxT, s_Bx1xT = center(logp_BxGxT, mask_BxGxT, 1, ddof=0)
   l_BxGxT = adv_e_BxG[..., None] * dev_BxGxT  # the true l is this times s_Bx1xT
   # l is only known to about 1e-7 * max|A_E| * max|logp| (float32 rounding of dev and
   # A_E); a smaller spread is noise, e.g. with exactly two active rollouts whose A_E
@@ -267,7 +271,7 @@ def csa_advantages(rewards_BxG, logp_BxGxT, mask_BxGxT, *, lam=0.5, eps=1e-6, dd
   """
   adv_e_BxG, adv_s_BxGxT = csa_components(rewards_BxG, logp_BxGxT, mask_BxGxT, eps=eps,
                                           ddof=ddof)
-  mask_BxGxT = _as_mask(mask_BxGxT)
+  mask_BxGxT = as_mask(mask_BxGxT)
   return jnp.where(mask_BxGxT, adv_e_BxG[..., None] + lam * adv_s_BxGxT, 0.0)
 
 
@@ -282,8 +286,8 @@ def discounted_returns(step_rewards_BxGxT, mask_BxGxT, gamma):
   "Next" is the next active step: padded steps inside a rollout are skipped, so
   inserting padding changes no real entry.
   """
-  m_TxBxG = jnp.moveaxis(_as_mask(mask_BxGxT), -1, 0)
-  r_TxBxG = jnp.where(m_TxBxG, jnp.moveaxis(_f32(step_rewards_BxGxT), -1, 0), 0.0)
+  m_TxBxG = jnp.moveaxis(as_mask(mask_BxGxT), -1, 0)
+  r_TxBxG = jnp.where(m_TxBxG, jnp.moveaxis(f32(step_rewards_BxGxT), -1, 0), 0.0)
 
   def back(carry_BxG, r_m):
     r, m = r_m
@@ -309,7 +313,7 @@ def step_groups(state_id_BxGxT, mask_BxGxT):
   B, G, T = mask_BxGxT.shape
   N = G * T
   ids_BxN = state_id_BxGxT.reshape(B, N)
-  act_BxN = _as_mask(mask_BxGxT).reshape(B, N)
+  act_BxN = as_mask(mask_BxGxT).reshape(B, N)
   # Active first, then by state id: equal (active, id) pairs become contiguous runs.
   order_BxN = jnp.lexsort((ids_BxN, ~act_BxN), axis=-1)
   ids_s = jnp.take_along_axis(ids_BxN, order_BxN, axis=-1)
@@ -328,9 +332,9 @@ def step_groups(state_id_BxGxT, mask_BxGxT):
 
 def _segment_normalize(x, active, seg, num_segments, *, eps, ddof, std_normalize,
                        atol=None):
-  """`_center` / `_standardize` over segments instead of an axis (flat arrays); `atol`
+  """`center` / `_standardize` over segments instead of an axis (flat arrays); `atol`
   (per entry, optional) is a spread of the true values at or below which a segment
-  counts as tied, as in `_center`."""
+  counts as tied, as in `center`."""
   ssum = lambda v: jax.ops.segment_sum(v, seg, num_segments=num_segments)
   x = jnp.clip(jnp.where(active, x, 0.0), -_MAX_ABS, _MAX_ABS)
   s = jax.ops.segment_max(jnp.abs(x), seg, num_segments=num_segments)
@@ -379,10 +383,10 @@ def gigpo_components(step_rewards_BxGxT, mask_BxGxT, state_id_BxGxT, *, gamma=0.
   std_normalize=True is its mode "mean_std_norm" (its default is "mean_norm", i.e.
   std_normalize=False); no similarity-based grouping (ids must be equal).
   """
-  mask_BxGxT = _as_mask(mask_BxGxT)
-  step_rewards_BxGxT = _f32(step_rewards_BxGxT)
+  mask_BxGxT = as_mask(mask_BxGxT)
+  step_rewards_BxGxT = f32(step_rewards_BxGxT)
   state_id_BxGxT = _check_state_id(state_id_BxGxT)
-  _check_steps(mask_BxGxT, step_rewards_BxGxT=step_rewards_BxGxT,
+  check_steps(mask_BxGxT, step_rewards_BxGxT=step_rewards_BxGxT,
                state_id_BxGxT=state_id_BxGxT)
   _check_ddof(ddof)
   B, G, T = mask_BxGxT.shape
@@ -417,7 +421,7 @@ def gigpo_advantages(step_rewards_BxGxT, mask_BxGxT, state_id_BxGxT, *, gamma=0.
   adv_e_BxG, adv_s_BxGxT, _ = gigpo_components(
       step_rewards_BxGxT, mask_BxGxT, state_id_BxGxT, gamma=gamma,
       std_normalize=std_normalize, eps=eps, ddof=ddof)
-  return jnp.where(_as_mask(mask_BxGxT), adv_e_BxG[..., None] + w * adv_s_BxGxT, 0.0)
+  return jnp.where(as_mask(mask_BxGxT), adv_e_BxG[..., None] + w * adv_s_BxGxT, 0.0)
 
 
 @functools.partial(jax.jit, static_argnames=("ddof",))
@@ -432,11 +436,11 @@ def csa_gigpo_advantages(step_rewards_BxGxT, logp_BxGxT, mask_BxGxT, state_id_Bx
   rollouts). A_E normalises the episode return sum_t r_t (with std); CSA's l uses that
   A_E. w = 0 gives CSA on episode returns; lam = 0 gives GiGPO with std_normalize=True.
   """
-  mask = _as_mask(mask_BxGxT)
+  mask = as_mask(mask_BxGxT)
   adv_e_BxG, gig_s_BxGxT, _ = gigpo_components(
       step_rewards_BxGxT, mask, state_id_BxGxT, gamma=gamma, std_normalize=True,
       eps=eps, ddof=ddof)
-  episode_return_BxG = jnp.sum(jnp.where(mask, _f32(step_rewards_BxGxT), 0.0), axis=-1)
+  episode_return_BxG = jnp.sum(jnp.where(mask, f32(step_rewards_BxGxT), 0.0), axis=-1)
   _, csa_s_BxGxT = csa_components(episode_return_BxG, logp_BxGxT, mask, eps=eps,
                                   ddof=ddof)
   return jnp.where(mask, adv_e_BxG[..., None] + lam * csa_s_BxGxT + w * gig_s_BxGxT,
@@ -463,11 +467,11 @@ def csa_state_components(rewards_BxG, logp_BxGxT, mask_BxGxT, state_id_BxGxT, *,
   with at least one active step. With state ids that make each step index its own group
   (id = t) this is CSA exactly.
   """
-  mask_BxGxT = _as_mask(mask_BxGxT)
-  logp_BxGxT = _f32(logp_BxGxT)
+  mask_BxGxT = as_mask(mask_BxGxT)
+  logp_BxGxT = f32(logp_BxGxT)
   state_id_BxGxT = _check_state_id(state_id_BxGxT)
-  _check_steps(mask_BxGxT, logp_BxGxT=logp_BxGxT, state_id_BxGxT=state_id_BxGxT)
-  _check_same("rewards_BxG", _f32(rewards_BxG).shape, "mask_BxGxT[..., 0]",
+  check_steps(mask_BxGxT, logp_BxGxT=logp_BxGxT, state_id_BxGxT=state_id_BxGxT)
+  _check_same("rewards_BxG", f32(rewards_BxG).shape, "mask_BxGxT[..., 0]",
               mask_BxGxT.shape[:2])
   _check_ddof(ddof)
   B, G, T = mask_BxGxT.shape
@@ -498,7 +502,7 @@ def csa_state_advantages(rewards_BxG, logp_BxGxT, mask_BxGxT, state_id_BxGxT, *,
   instead of step indices (`csa_state_components`); 0 on padded steps. lam = 0 is GRPO."""
   adv_e_BxG, adv_s_BxGxT = csa_state_components(rewards_BxG, logp_BxGxT, mask_BxGxT,
                                                 state_id_BxGxT, eps=eps, ddof=ddof)
-  return jnp.where(_as_mask(mask_BxGxT), adv_e_BxG[..., None] + lam * adv_s_BxGxT, 0.0)
+  return jnp.where(as_mask(mask_BxGxT), adv_e_BxG[..., None] + lam * adv_s_BxGxT, 0.0)
 
 
 # ------------------------------------------------------------------------------------
@@ -538,7 +542,7 @@ class Estimator:
 
 
 def _grpo(rewards_BxG, mask_BxGxT, *, eps=1e-6, ddof=1, std_normalize=True):
-  mask = _as_mask(mask_BxGxT)
+  mask = as_mask(mask_BxGxT)
   adv = episode_advantages(rewards_BxG, valid_BxG=mask.any(-1), eps=eps, ddof=ddof,
                            std_normalize=std_normalize)
   return broadcast_episode(adv, mask)
@@ -549,7 +553,7 @@ def _dr_grpo(rewards_BxG, mask_BxGxT):
 
 
 def _rloo(rewards_BxG, mask_BxGxT):
-  mask = _as_mask(mask_BxGxT)
+  mask = as_mask(mask_BxGxT)
   return broadcast_episode(rloo_advantages(rewards_BxG, valid_BxG=mask.any(-1)), mask)
 
 

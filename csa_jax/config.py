@@ -15,7 +15,7 @@ import types
 import typing
 from typing import Any, Mapping
 
-from csa_jax.losses import AGG_MODES
+from csa_jax import config_fields
 from csa_jax.model import ModelConfig
 
 
@@ -381,65 +381,40 @@ def apply_overrides(cfg: ExperimentConfig, pairs: list[str]) -> ExperimentConfig
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
-  """Every leaf's type and range (csa_jax/config_fields.py), then cross-field checks that
-  no single dataclass can make."""
-  from csa_jax import config_fields  # pylint: disable=import-outside-toplevel
-  config_fields.check(cfg)
+  """Every leaf's type and range (csa_jax/config_fields.py, the one place for a rule on
+  one field), then the checks that no single field can make: rules across fields, and
+  paths that must exist."""
+  problem = config_fields.first_problem(cfg)
+  if problem:
+    raise ConfigError(problem)
   r, a = cfg.rollout, cfg.algo
   checks = [
-      (r.group_size >= 2, f"rollout.group_size must be >= 2 (got {r.group_size}): "
-       "group-relative advantages need at least two rollouts per task"),
-      (r.tasks_per_iter >= 1, "rollout.tasks_per_iter must be >= 1"),
-      (r.num_envs >= 1, "rollout.num_envs must be >= 1"),
-      (r.max_turns >= 1, "rollout.max_turns must be >= 1"),
-      (r.logp_reduce in ("sum", "mean"), "rollout.logp_reduce must be 'sum' or 'mean'"),
-      (r.anchor in ("state", "faithful"), "rollout.anchor must be 'state' or 'faithful'"),
-      (r.action_format in ("bare", "think"), "rollout.action_format must be 'bare' or 'think'"),
-      (r.prefill_chunk >= 0 and (not r.prefill_chunk or sampler_rows(r) % r.prefill_chunk == 0),
+      (not r.prefill_chunk or sampler_rows(r) % r.prefill_chunk == 0,
        f"rollout.prefill_chunk={r.prefill_chunk} must divide the sampler's rows per call "
        f"({sampler_rows(r)}: rollout.num_envs, halved rounding up with rollout.overlap) "
        "(0: off)"),
-      (isinstance(r.overlap, bool), "rollout.overlap must be true or false"),
-      (isinstance(cfg.optim.pack_rows, bool), "optim.pack_rows must be true or false"),
       (cfg.model_path or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
        f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
        f"{cfg.model.max_seq_len}"),
+      # Narrower than the two fields' ranges (config_fields.py: what the sampler accepts):
+      # RL's importance ratio needs the untruncated distribution.
       (r.top_k == 0 and r.top_p == 1.0,
        "rollout.top_k/top_p truncate the sampling distribution, so a token the updated "
        "policy no longer keeps gets ratio 0/inf; use temperature only for RL rollouts"),
-      (r.temperature > 0, "rollout.temperature must be > 0"),
       (cfg.model_path or cfg.tokenizer.vocab_size <= cfg.model.vocab_size,
        f"tokenizer.vocab_size={cfg.tokenizer.vocab_size} exceeds model.vocab_size="
        f"{cfg.model.vocab_size} (the embedding must hold every token)"),
-      (cfg.env.pool_backend in ("thread", "process"), "env.pool_backend must be 'thread' or 'process'"),
       (not cfg.model_path or os.path.isdir(cfg.model_path),
        f"model_path {cfg.model_path!r} is not a directory (a local Hugging Face checkpoint)"),
-      (a.loss_agg in AGG_MODES, f"algo.loss_agg must be one of {', '.join(AGG_MODES)}"),
-      (a.ref_dtype in ("", "float32", "bfloat16") and cfg.optim.mu_dtype in (
-          "", "float32", "bfloat16"), "algo.ref_dtype and optim.mu_dtype must be '', "
-       "'float32' or 'bfloat16'"),
-      (a.epochs >= 1 and a.minibatch_size >= 1, "algo.epochs and algo.minibatch_size must be >= 1"),
-      (0.0 <= a.overlong_cache_frac <= 1.0, "algo.overlong_cache_frac must be in [0, 1]"),
-      (a.overlong_per in ("step", "episode"), "algo.overlong_per must be 'step' or 'episode'"),
-      (a.dynamic_sampling_rounds >= 1, "algo.dynamic_sampling_rounds must be >= 1"),
-      (a.row_weight in ("step", "episode"), "algo.row_weight must be 'step' or 'episode'"),
-      (a.invalid_penalty >= 0, "algo.invalid_penalty must be >= 0"),
-      (a.mtdpo.reference in ("sft", "previous"),
-       "algo.mtdpo.reference must be 'sft' or 'previous'"),
       (a.method != "mtdpo" or not (a.kl_coef or a.entropy_coef),
        "algo.method=mtdpo trains the DPO loss alone (its beta is the KL anchor): set "
        "algo.kl_coef=0 and algo.entropy_coef=0"),
-      (a.spa.explore_tasks >= 1 and a.spa.explore_k >= 1 and a.spa.epochs >= 1,
-       "algo.spa.explore_tasks, explore_k and epochs must be >= 1"),
       (not cfg.sft.init_from or has_sft_checkpoint(cfg.sft.init_from),
        f"sft.init_from {cfg.sft.init_from!r} holds no SFT checkpoint (expected "
        f"{os.path.join(cfg.sft.init_from, 'sft')}, written by a run's SFT stage)"),
-      (cfg.eval.num_episodes >= 1, "eval.num_episodes must be >= 1"),
-      (cfg.rl_env_steps >= 0, "rl_env_steps must be >= 0 (0: no budget in steps)"),
-      (cfg.optim.micro_batch_size >= 0 and all(
-          not cfg.optim.micro_batch_size or n % cfg.optim.micro_batch_size == 0
-          for n in (a.minibatch_size, cfg.sft.batch_size)),
+      (all(not cfg.optim.micro_batch_size or n % cfg.optim.micro_batch_size == 0
+           for n in (a.minibatch_size, cfg.sft.batch_size)),
        f"optim.micro_batch_size={cfg.optim.micro_batch_size} must divide algo.minibatch_size "
        f"({a.minibatch_size}) and sft.batch_size ({cfg.sft.batch_size}) (0: off)"),
       (cfg.env.eval_split != cfg.env.train_split
@@ -448,7 +423,6 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"eval_split == train_split it must be >= env.num_train_tasks "
        f"({cfg.env.num_train_tasks}) and sft.num_demos"),
       (cfg.eval.greedy or cfg.eval.sampled, "eval.greedy and eval.sampled are both off"),
-      (cfg.eval.temperature >= 0, "eval.temperature must be >= 0 (0: the rollout's)"),
   ]
   for ok, msg in checks:
     if not ok:

@@ -2,14 +2,16 @@
 
 `FIELDS` maps each dotted key of `ExperimentConfig` (csa_jax/config.py) to a `Field`: a
 one-line help and, for a leaf whose values have a range or a set of names, a rule.
-`check(cfg)` runs on every config the launcher builds (`config.validate` calls it): a
-value of the wrong type, a float that is not finite, a number out of range or an unknown
-name is a `ConfigError` that names the key, the value and what is valid, before anything
-runs. `describe(cfg)` lists every leaf with its type, value, valid range and help
-(`launch.py --show-config`).
+`first_problem(cfg)` runs on every config the launcher builds (`config.validate` calls
+it first): a value of the wrong type, a float that is not finite, a number out of range
+or an unknown name is a `ConfigError` that names the key, the value and what is valid,
+before anything runs. `describe(cfg)` lists every leaf with its type, value, valid range
+and help (`launch.py --show-config`).
 
 Adding a field to a config dataclass: add its entry here (tests/test_validation.py fails
-for a leaf without one). Rules that involve several fields stay in `config.validate`.
+for a leaf without one). A rule on one field lives here and only here; rules that involve
+several fields (or the file system) stay in `config.validate`. csa_jax/config.py imports
+this module, so it imports nothing of the config's (it walks any dataclass tree).
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ import dataclasses
 import math
 import typing
 from typing import Any, Callable, Iterator, Mapping
+
+from csa_jax.advantages import list_estimators
+from csa_jax.losses import AGG_MODES, KL_KINDS
+from csa_jax.methods import METHODS
 
 # ----------------------------------------------------------------------------------------
 # Rules: each says what is valid (for --show-config) and checks a value (None when fine,
@@ -76,30 +82,10 @@ class Field:
   rule: Rule | None = None
 
 
-def _estimators():
-  from csa_jax.advantages import list_estimators  # pylint: disable=import-outside-toplevel
-  return list_estimators()
-
-
 def _envs():
   import environments  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   from environments.registry import list_envs  # pylint: disable=import-outside-toplevel
   return list_envs()
-
-
-def _methods():
-  from csa_jax import algorithms  # pylint: disable=import-outside-toplevel
-  return algorithms.names()
-
-
-def _agg_modes():
-  from csa_jax.losses import AGG_MODES  # pylint: disable=import-outside-toplevel
-  return AGG_MODES
-
-
-def _kl_kinds():
-  from csa_jax.losses import KL_KINDS  # pylint: disable=import-outside-toplevel
-  return KL_KINDS
 
 
 F = Field
@@ -189,9 +175,9 @@ FIELDS: dict[str, Field] = {
     "rollout.overlap": F("step one half of the environments while the device samples for "
                          "the other"),
     # algo
-    "algo.method": F("what drives an RL iteration (csa_jax/algorithms)", one_of(_methods)),
+    "algo.method": F("what drives an RL iteration (csa_jax/algorithms)", one_of(METHODS)),
     "algo.estimator": F("the advantage estimator of method 'estimator' "
-                        "(csa_jax/advantages.py)", one_of(_estimators)),
+                        "(csa_jax/advantages.py)", one_of(list_estimators)),
     "algo.lam": F("CSA: weight of the counterfactual step term, A = A_E + lam * A_S (0: "
                   "GRPO, 1: the step-level ablation)", within(0, 1)),
     "algo.gamma": F("discount of step returns (GiGPO, CSA+GiGPO)", within(0, 1)),
@@ -205,9 +191,9 @@ FIELDS: dict[str, Field] = {
     "algo.dual_clip": F("dual-clip bound for negative advantages (DAPO/verl use 3)",
                         off_or_gt(1)),
     "algo.loss_agg": F("how token losses are averaged (csa_jax/losses.py)",
-                       one_of(_agg_modes)),
+                       one_of(AGG_MODES)),
     "algo.kl_coef": F("weight of the KL to the SFT policy (0: off)", ge(0)),
-    "algo.kl_kind": F("KL estimator", one_of(_kl_kinds)),
+    "algo.kl_kind": F("KL estimator", one_of(KL_KINDS)),
     "algo.ref_dtype": F("dtype of the KL reference's copy ('': the parameters')",
                         one_of(("", "float32", "bfloat16"))),
     "algo.entropy_coef": F("entropy bonus weight (0: off)", ge(0)),
@@ -323,12 +309,10 @@ def leaves(cfg: Any, prefix: str = "") -> Iterator[Leaf]:
       yield Leaf(key, _type_name(hints[f.name]), value, hints[f.name])
 
 
-def declared_keys(cls: type | None = None, prefix: str = "") -> list[str]:
-  """Every dotted key the config dataclasses declare (an optional section both as itself
-  and with its fields), whatever values an experiment gives them."""
-  if cls is None:
-    from csa_jax.config import ExperimentConfig  # pylint: disable=import-outside-toplevel
-    cls = ExperimentConfig
+def declared_keys(cls: type, prefix: str = "") -> list[str]:
+  """Every dotted key the config dataclass `cls` (e.g. ExperimentConfig) declares (an
+  optional section both as itself and with its fields), whatever values an experiment
+  gives them."""
   out = []
   hints = typing.get_type_hints(cls)
   for f in dataclasses.fields(cls):
@@ -369,18 +353,18 @@ def _type_error(leaf: Leaf) -> str | None:
   return None
 
 
-def check(cfg: Any) -> None:
-  """Raises ConfigError for the first leaf whose value is of the wrong type, not finite,
-  out of its range or an unknown name."""
-  from csa_jax.config import ConfigError  # pylint: disable=import-outside-toplevel
+def first_problem(cfg: Any) -> str | None:
+  """What is wrong with the first leaf whose value is of the wrong type, not finite, out
+  of its range or an unknown name (`config.validate` raises it as a ConfigError); None
+  when every leaf is fine."""
   for leaf in leaves(cfg):
     field = FIELDS.get(leaf.key)
     problem = _type_error(leaf)
     if problem:
-      raise ConfigError(f"{leaf.key}={leaf.value!r}: {problem}")
+      return f"{leaf.key}={leaf.value!r}: {problem}"
     if field is not None and field.rule is not None and not field.rule.ok(leaf.value):
-      raise ConfigError(f"{leaf.key} must be {field.rule.text} (got {leaf.value!r}): "
-                        f"{field.help}")
+      return f"{leaf.key} must be {field.rule.text} (got {leaf.value!r}): {field.help}"
+  return None
 
 
 def describe(cfg: Any) -> list[tuple[str, str, str, str]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from csa_jax.advantages import _as_mask, _center, _check_steps, _f32, _rewards_and_valid
+from csa_jax.advantages import as_mask, center, check_steps, f32, rewards_and_valid
 
 
 @jax.jit
@@ -28,8 +28,8 @@ def dynamic_sampling_keep(rewards_BxG, *, valid_BxG=None):
   `keep_B`, append to a buffer, repeat until the buffer holds B groups, train on the
   first B. Returns keep_B (bool).
   """
-  rewards_BxG, valid_BxG = _rewards_and_valid(rewards_BxG, valid_BxG)
-  c, _ = _center(rewards_BxG, valid_BxG, -1, ddof=1)
+  rewards_BxG, valid_BxG = rewards_and_valid(rewards_BxG, valid_BxG)
+  c, _ = center(rewards_BxG, valid_BxG, -1, ddof=1)
   return jnp.any(c != 0, axis=-1)
 
 
@@ -55,7 +55,7 @@ def overlong_penalty(length, *, max_len, cache_len, factor=1.0):
   if not 0 < cache_len <= max_len:
     raise ValueError(f"need 0 < cache_len <= max_len, got cache_len={cache_len}, "
                      f"max_len={max_len}")
-  length = _f32(length)
+  length = f32(length)
   start = max_len - cache_len
   pen = jnp.where(length <= start, 0.0, (start - length) / cache_len)
   return factor * jnp.where(length > max_len, -1.0, pen)
@@ -72,9 +72,9 @@ def shape_overlong_rewards(rewards_BxG, action_len_BxGxT, mask_BxGxT, *, max_len
     episode budget.
   See `overlong_penalty` for max_len / cache_len in each case.
   """
-  mask_BxGxT = _as_mask(mask_BxGxT)
-  action_len_BxGxT = jnp.where(mask_BxGxT, _f32(action_len_BxGxT), 0.0)
-  _check_steps(mask_BxGxT, action_len_BxGxT=action_len_BxGxT)
+  mask_BxGxT = as_mask(mask_BxGxT)
+  action_len_BxGxT = jnp.where(mask_BxGxT, f32(action_len_BxGxT), 0.0)
+  check_steps(mask_BxGxT, action_len_BxGxT=action_len_BxGxT)
   kw = dict(max_len=max_len, cache_len=cache_len, factor=factor)
   if per == "step":
     pen = jnp.where(mask_BxGxT, overlong_penalty(action_len_BxGxT, **kw), 0.0)
@@ -84,6 +84,6 @@ def shape_overlong_rewards(rewards_BxG, action_len_BxGxT, mask_BxGxT, *, max_len
     pen_BxG = overlong_penalty(jnp.sum(action_len_BxGxT, axis=-1), **kw)
   else:
     raise ValueError(f"per must be 'step' or 'episode', got {per!r}")
-  return _f32(rewards_BxG) + pen_BxG
+  return f32(rewards_BxG) + pen_BxG
 
 

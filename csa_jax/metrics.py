@@ -113,10 +113,17 @@ def write_episodes(path: str, records: list[dict[str, Any]]) -> None:
   old = read_jsonl(path, tolerate_partial_last=True) if os.path.exists(path) else []
   kept = [r for r in old if (r["step"], r["policy"]) not in keys]
   os.makedirs(os.path.dirname(path), exist_ok=True)
+  rewrite_jsonl(path, kept + list(records))
+
+
+def rewrite_jsonl(path: str, records: list[dict[str, Any]]) -> None:
+  """Replaces the JSONL file at `path` by `records`, atomically: the new lines go to a
+  temporary file that then takes the old one's name, so a kill mid-write leaves the old
+  file whole (a resume that drops lines must not lose the ones it keeps)."""
   tmp = path + ".tmp"
   with open(tmp, "w") as f:
-    f.writelines(json.dumps(r) + "\n" for r in kept + list(records))
-  os.replace(tmp, path)  # a kill mid-write leaves the old file whole
+    f.writelines(json.dumps(r) + "\n" for r in records)
+  os.replace(tmp, path)
 
 
 class MetricsWriter:
@@ -153,16 +160,15 @@ class MetricsWriter:
     and a last line cut short by a kill mid-write; the same for episode records."""
     self.keep(lambda r: r["step"] <= step)
     if os.path.exists(self.episodes_path):
-      kept = [r for r in read_jsonl(self.episodes_path) if r["step"] <= step]
-      with open(self.episodes_path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in kept)
+      rewrite_jsonl(self.episodes_path, [
+          r for r in read_jsonl(self.episodes_path, tolerate_partial_last=True)
+          if r["step"] <= step])
 
   def keep(self, predicate) -> None:
     """Keeps only the metrics lines (records) for which `predicate` is true."""
     self._f.close()
-    kept = [r for r in read_jsonl(self.path, tolerate_partial_last=True) if predicate(r)]
-    with open(self.path, "w") as f:
-      f.writelines(json.dumps(r) + "\n" for r in kept)
+    rewrite_jsonl(self.path, [r for r in read_jsonl(self.path, tolerate_partial_last=True)
+                              if predicate(r)])
     self._f = open(self.path, "a")
 
   def close(self) -> None:

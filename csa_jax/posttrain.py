@@ -215,11 +215,15 @@ def _pool(cfg: ExperimentConfig, num_envs: int | None = None):
 
 def evaluate(saved: SavedPolicy) -> dict[str, Any]:
   """Held-out evaluation (eval.num_episodes tasks of eval_split from eval.first_task),
-  greedy and sampled as eval.greedy / eval.sampled say: metrics and per-episode outcomes."""
+  greedy and sampled as eval.greedy / eval.sampled say: metrics, and one record per
+  episode as the run's own eval/episodes.jsonl holds them (metrics.episode_records, at
+  step 0 for the SFT weights), so the two compare task by task."""
+  from csa_jax import distributed as dist  # pylint: disable=import-outside-toplevel
   from csa_jax.evaluation import evaluate as trainer_evaluate  # pylint: disable=import-outside-toplevel
   c = saved.cfg
+  step = 0 if saved.step == "sft" else int(saved.step)
   out: dict[str, Any] = {"step": saved.step, "split": c.env.eval_split,
-                         "first_task": c.eval.first_task, "metrics": {}, "episodes": {}}
+                         "first_task": c.eval.first_task, "metrics": {}, "episodes": []}
   with _pool(c) as pool:
     for prefix, greedy, on in (("eval", True, c.eval.greedy),
                                ("eval_sampled", False, c.eval.sampled)):
@@ -228,17 +232,17 @@ def evaluate(saved: SavedPolicy) -> dict[str, Any]:
       m, trajs = trainer_evaluate(pool, _sampler(saved, greedy), saved.tok, c,
                                   f"step {saved.step} ({prefix})", prefix, saved.fmt)
       out["metrics"] |= m
-      out["episodes"][prefix] = [
-          {"task": t.task[1], "won": bool(t.won), "steps": t.length,
-           "invalid": sum(not s.valid for s in t.steps), "truncated": bool(t.truncated),
-           "error": t.error} for t in trajs]
+      # Every process's episodes, as the trainer writes them (dist.episode_records).
+      out["episodes"] += dist.episode_records(trajs, step, prefix)
   return out
 
 
 def eval_report(result: dict[str, Any]) -> str:
+  modes = list(dict.fromkeys(r["policy"] for r in result["episodes"]))
+  by_mode = {p: [r for r in result["episodes"] if r["policy"] == p] for p in modes}
   lines = [f"Held-out evaluation of checkpoint {result['step']}: "
            f"{result['split']} tasks {result['first_task']}.."
-           f"{result['first_task'] + len(next(iter(result['episodes'].values()))) - 1}"]
+           f"{result['first_task'] + len(by_mode[modes[0]]) - 1}"]
   m = result["metrics"]
   for prefix, name in (("eval", "greedy"), ("eval_sampled", "sampled")):
     if f"{prefix}/success" in m:
@@ -246,14 +250,12 @@ def eval_report(result: dict[str, Any]) -> str:
                    f"{m[f'{prefix}/episode_len']:.2f}  invalid actions "
                    f"{m[f'{prefix}/invalid_action_frac']:.3f}  episodes "
                    f"{int(m[f'{prefix}/episodes'])}")
-  modes = list(result["episodes"])
   lines.append("")
   lines.append("  task  " + "  ".join(f"{'greedy' if p == 'eval' else 'sampled':>16s}"
                                       for p in modes))
-  for rows in zip(*(result["episodes"][p] for p in modes)):
-    cells = [f"{'won' if r['won'] else 'lost':>4s} {r['steps']:3d} steps"
-             + ("!" if r["error"] else " ") for r in rows]
-    lines.append(f"  {rows[0]['task']:4d}  " + "  ".join(f"{c:>16s}" for c in cells))
+  for rows in zip(*by_mode.values()):
+    cells = [f"{'won' if r['success'] else 'lost':>4s} {r['length']:3d} steps " for r in rows]
+    lines.append(f"  {rows[0]['index']:4d}  " + "  ".join(f"{c:>16s}" for c in cells))
   return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from csa_jax import distributed as dist
+from csa_jax import rollout as rollout_lib
 from csa_jax.config import ConfigError, ExperimentConfig
 from environments.registry import make_env
 
@@ -55,6 +56,33 @@ def check_processes(cfg: ExperimentConfig, algo) -> None:
   if cfg.rollout.tasks_per_iter < p:
     raise SetupError(f"rollout.tasks_per_iter={cfg.rollout.tasks_per_iter} task groups "
                      f"cannot be shared by {p} processes: at least one each")
+
+
+def check_budgets(cfg: ExperimentConfig, tok, fmt: rollout_lib.PromptFormat, pool,
+                  records: list[dict] | None) -> None:
+  """Refuses (SetupError) prompt and action budgets that cannot hold what the environment
+  asks: the task line and the whole first action list of each demonstration (`records`;
+  None: of the first training tasks' resets in `pool`), and every expert action."""
+  r = cfg.rollout
+  if records is not None:
+    firsts = [(rec["task"], rec["admissible"][0]) for rec in records]
+    actions = [a for rec in records for a in rec["actions"]]
+  else:  # SFT taken from another run: look at the environment itself
+    slots = list(range(min(pool.num_envs, 4)))
+    res = pool.reset(slots, [(cfg.env.train_split, i) for i in slots])
+    firsts = [(x.info.task, x.info.admissible_actions) for x in res
+              if not x.info.error]
+    actions = [a for a in pool.expert_action(slots) if a]
+  need = max((rollout_lib.prompt_budget_needed(tok, *f, fmt=fmt) for f in firsts),
+             default=0)
+  if r.max_prompt_tokens < need:
+    raise SetupError(f"rollout.max_prompt_tokens={r.max_prompt_tokens} cannot hold the task "
+                     f"line and the action list of {cfg.env.name}'s first steps: at least "
+                     f"{need} fit (model.max_seq_len must allow it plus the action budget)")
+  need = max((len(tok.encode(fmt.answer_text(a))) + 1 for a in actions), default=0)
+  if r.max_action_tokens < need:
+    raise SetupError(f"rollout.max_action_tokens={r.max_action_tokens} cannot hold the expert's "
+                     f"actions (and the end token): at least {need} fit")
 
 
 def _one_line(err: BaseException) -> str:

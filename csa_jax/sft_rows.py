@@ -1,13 +1,33 @@
-"""Behaviour-cloning rows from expert demonstrations: each expert step with the prompt the
-policy would see at that step (the rollout's own prompt builder), and the text a
-tokenizer trained from scratch is fitted on."""
+"""Expert demonstrations and the behaviour-cloning rows made of them: the episodes SFT
+clones (`load_demos`), each expert step with the prompt the policy would see at that step
+(the rollout's own prompt builder), and the text a tokenizer trained from scratch is
+fitted on."""
 
 from __future__ import annotations
 
+import grain
+
 from csa_jax import data as data_lib
 from csa_jax import rollout as rollout_lib
-from csa_jax.config import ExperimentConfig
+from csa_jax.config import ExperimentConfig, demos_dir
 from csa_jax.tokenizer import Tokenizer
+from environments import demos as demos_lib
+
+
+def load_demos(cfg: ExperimentConfig) -> list[dict]:
+  """The expert's episodes (won ones, or all: sft.demo_filter) on the first
+  sft.num_demos training tasks, built once as a TFDS array_record dataset (shared by
+  all runs on this environment config) and read back through grain."""
+  print(f"expert demonstrations: {cfg.sft.num_demos} {cfg.env.train_split} tasks in "
+        f"{demos_dir(cfg)}")
+  source = demos_lib.demo_data_source(
+      demos_dir(cfg), cfg.env.name, dict(cfg.env.kwargs),
+      split=cfg.env.train_split, num_tasks={cfg.env.train_split: cfg.sft.num_demos})
+  records = [r for r in grain.MapDataset.source(source).map(demos_lib.decode_record)
+             if r["won"] or cfg.sft.demo_filter == "all"]
+  for r in records:
+    r["admissible"] = [a.split(demos_lib.SEP) if a else [] for a in r["admissible"]]
+  return sorted(records, key=lambda r: r["index"])
 
 
 def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig,

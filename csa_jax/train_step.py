@@ -24,7 +24,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from csa_jax import distributed as dist
 from csa_jax import losses
+from csa_jax import mesh as mesh_lib
 from csa_jax.config import AlgoConfig, OptimConfig
 from csa_jax.model import lora, token_logprobs
 from csa_jax.sampling import SamplingConfig, sampling_logprobs
@@ -56,6 +58,21 @@ def init_state(params, tx: optax.GradientTransformation) -> TrainState:
   """A fresh state; the optimizer's moments exist for the trainable part only."""
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=tx.init(lora.trainable(params)))
+
+
+def placed_state(params, tx: optax.GradientTransformation, mesh) -> TrainState:
+  """A fresh state placed as the jitted update returns it: the parameters by their
+  logical axes, the optimizer's moments like their parameter, its counts replicated. A
+  fresh optimizer's arrays otherwise sit unplaced, and the second update compiles the
+  whole step again for the placed state the first one returned."""
+  state = init_state(params, tx)
+  if dist.multi():  # a global array from each process's copy: dist.on_mesh
+    return dist.on_mesh(state, mesh)
+  p_sh = mesh_lib.state_shardings(params, mesh, mesh_lib.TRAIN_RULES)
+  return jax.device_put(state, TrainState(
+      step=mesh_lib.replicated(mesh), params=p_sh,
+      opt_state=mesh_lib.opt_state_shardings(tx, state.opt_state, lora.trainable(p_sh),
+                                             mesh)))
 
 
 def reference_params(params, dtype: str = ""):

@@ -20,7 +20,6 @@ from typing import Any
 
 import jax
 import numpy as np
-import grain
 from flax import nnx
 from tqdm.auto import tqdm
 
@@ -36,16 +35,15 @@ from csa_jax import rollout as rollout_lib
 from csa_jax import sft_progress
 from csa_jax import train_step as ts
 from csa_jax.checkpoint import Checkpointer, CheckpointError
-from csa_jax.config import ExperimentConfig, demos_dir, micro_batches, to_dict
+from csa_jax.config import ExperimentConfig, micro_batches, to_dict
 from csa_jax.evaluation import evaluate
 from csa_jax.guard import NonFiniteGuard
-from csa_jax.model import Decoder, hf, lora
+from csa_jax.model import Decoder, hf
 from csa_jax.policy import SamplerPolicy, sampling_config
-from csa_jax.setup_checks import SetupError, check_processes
-from csa_jax.sft_rows import demo_corpus, demo_rows
+from csa_jax.setup_checks import SetupError, check_budgets, check_processes
+from csa_jax.sft_rows import demo_corpus, demo_rows, load_demos
 from csa_jax.signals import Interrupted, StopOnSignal
 from csa_jax.tokenizer import Tokenizer, train_bpe
-from environments import demos as demos_lib
 from environments.pool import EnvPool
 
 
@@ -88,22 +86,6 @@ class Trainer:
 
   # -- set-up --------------------------------------------------------------------------
 
-  def _demos(self) -> list[dict]:
-    """The expert's episodes (won ones, or all: sft.demo_filter) on the first
-    sft.num_demos training tasks, built once as a TFDS array_record dataset (shared by
-    all runs on this environment config) and read back through grain."""
-    c = self.cfg
-    print(f"expert demonstrations: {c.sft.num_demos} {c.env.train_split} tasks in "
-          f"{demos_dir(c)}")
-    source = demos_lib.demo_data_source(
-        demos_dir(c), c.env.name, dict(c.env.kwargs),
-        split=c.env.train_split, num_tasks={c.env.train_split: c.sft.num_demos})
-    records = [r for r in grain.MapDataset.source(source).map(demos_lib.decode_record)
-               if r["won"] or c.sft.demo_filter == "all"]
-    for r in records:
-      r["admissible"] = [a.split(demos_lib.SEP) if a else [] for a in r["admissible"]]
-    return sorted(records, key=lambda r: r["index"])
-
   def _policy(self, records):
     """(tokenizer, prompt format, graphdef, params): a pretrained HF checkpoint when
     `model_path` is set, else a byte-level BPE trained on the demonstrations and a
@@ -143,31 +125,6 @@ class Trainer:
     graphdef, params = nnx.split(model, nnx.Param)
     return tok, fmt, graphdef, params
 
-  def _check_budgets(self, pool, records) -> None:
-    """Refuses (SetupError) prompt and action budgets that cannot hold what the
-    environment asks: the task line and the whole first action list of each
-    demonstration (or of the first training tasks' resets), and every expert action."""
-    c, r = self.cfg, self.cfg.rollout
-    if records is not None:
-      firsts = [(rec["task"], rec["admissible"][0]) for rec in records]
-      actions = [a for rec in records for a in rec["actions"]]
-    else:  # SFT taken from another run: look at the environment itself
-      slots = list(range(min(pool.num_envs, 4)))
-      res = pool.reset(slots, [(c.env.train_split, i) for i in slots])
-      firsts = [(x.info.task, x.info.admissible_actions) for x in res
-                if not x.info.error]
-      actions = [a for a in pool.expert_action(slots) if a]
-    need = max((rollout_lib.prompt_budget_needed(self.tok, *f, fmt=self.fmt) for f in firsts),
-               default=0)
-    if r.max_prompt_tokens < need:
-      raise SetupError(f"rollout.max_prompt_tokens={r.max_prompt_tokens} cannot hold the task "
-                       f"line and the action list of {c.env.name}'s first steps: at least "
-                       f"{need} fit (model.max_seq_len must allow it plus the action budget)")
-    need = max((len(self.tok.encode(self.fmt.answer_text(a))) + 1 for a in actions), default=0)
-    if r.max_action_tokens < need:
-      raise SetupError(f"rollout.max_action_tokens={r.max_action_tokens} cannot hold the expert's "
-                       f"actions (and the end token): at least {need} fit")
-
   # -- phases --------------------------------------------------------------------------
 
   def _sft(self, graphdef, params, tok, records) -> Any:
@@ -178,7 +135,7 @@ class Trainer:
     rows = demo_rows(records, tok, c, self.fmt)
     ds = self._batches(rows, c.sft.batch_size, seed=c.seed, epochs=c.sft.epochs, phase="sft")
     tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
-    state = self._fresh_state(params, tx)
+    state = ts.placed_state(params, tx, self.mesh)
     step = ts.make_sft_step(graphdef, tx, micro_batches(c.optim, c.sft.batch_size))
     metrics, tokens, start, total = {}, np.zeros(2), 0, len(ds)
     if sft_progress.exists(self.workdir):
@@ -214,20 +171,6 @@ class Trainer:
                        "sft/pad_frac": 1.0 - tokens[0] / max(tokens[1], 1)}, tb_step=total)
     sft_progress.remove(self.workdir)
     return state.params
-
-  def _fresh_state(self, params, tx) -> ts.TrainState:
-    """A new train state placed as the jitted update returns it: the parameters by their
-    logical axes, the optimizer's moments like their parameter, its counts replicated. A
-    fresh optimizer's arrays otherwise sit unplaced, and the second update compiles the
-    whole step again for the placed state the first one returned."""
-    state = ts.init_state(params, tx)
-    if dist.multi():  # a global array from each process's copy: dist.on_mesh
-      return dist.on_mesh(state, self.mesh)
-    p_sh = mesh_lib.state_shardings(params, self.mesh, mesh_lib.TRAIN_RULES)
-    return jax.device_put(state, ts.TrainState(
-        step=mesh_lib.replicated(self.mesh), params=p_sh,
-        opt_state=mesh_lib.opt_state_shardings(tx, state.opt_state, lora.trainable(p_sh),
-                                               self.mesh)))
 
   def _batches(self, rows, batch_size: int, *, seed: int, epochs: int, phase: str,
                pack: bool | None = None):
@@ -302,9 +245,9 @@ class Trainer:
     c = self.cfg
     if c.model_path:  # load it first: a bad model directory fails before demos are built
       policy = self._policy(None)
-      return (None if c.sft.init_from else self._demos(), *policy)
+      return (None if c.sft.init_from else load_demos(c), *policy)
     if not c.sft.init_from:
-      records = self._demos()
+      records = load_demos(c)
       return (records, *self._policy(records))
     tok_path = os.path.join(self.workdir, "tokenizer.json")
     if not c.model_path and not os.path.exists(tok_path):
@@ -366,9 +309,9 @@ class Trainer:
   def _run(self, pool) -> None:
     c = self.cfg
     records, self.tok, self.fmt, graphdef, params = self._tokenizer_and_sft_source()
-    self._check_budgets(pool, records)
+    check_budgets(c, self.tok, self.fmt, pool, records)
     tx = ts.make_optimizer(c.optim)
-    state = self._fresh_state(params, tx)
+    state = ts.placed_state(params, tx, self.mesh)
     self.aux = self.algo.init_aux(c, state.params)  # also the template to restore into
     # The parameters the samplers read: the training ones, or with several processes a
     # copy on this process's devices (dist.SamplerMesh), refreshed after every update.
@@ -412,7 +355,7 @@ class Trainer:
 
     if meta["phase"] == "start":
       params, m, episodes = self._sft_stage(graphdef, state.params, records)
-      state = self._fresh_state(params, tx)
+      state = ts.placed_state(params, tx, self.mesh)
       self.aux = self.algo.init_aux(c, state.params)
       live.update(state.params)
       if m is None:

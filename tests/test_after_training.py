@@ -56,14 +56,18 @@ def test_eval_repeats_the_runs_held_out_evaluation(run, capsys):
   for key, value in summary["rl"].items():
     assert result["metrics"][key] == pytest.approx(value, abs=1e-9), key
   for prefix in ("eval", "eval_sampled"):
-    eps = result["episodes"][prefix]
-    assert [e["task"] for e in eps] == [0, 1, 2, 3]
-    assert sum(e["won"] for e in eps) / 4 == summary["rl"][f"{prefix}/success"]
+    eps = [e for e in result["episodes"] if e["policy"] == prefix]
+    assert [e["index"] for e in eps] == [0, 1, 2, 3]
+    assert sum(e["success"] for e in eps) / 4 == summary["rl"][f"{prefix}/success"]
+  # The very records of the run's own final evaluation (eval/episodes.jsonl, one format).
+  logged = M.read_jsonl(os.path.join(work, M.EPISODES_FILE))
+  assert result["episodes"] == [r for r in logged if r["step"] == 1]
   _main_ok(capsys, "--workdir", work, "--eval", "--step", "sft")
   with open(os.path.join(work, "eval", "step_sft.json")) as f:
-    sft = json.load(f)["metrics"]
+    sft = json.load(f)
   for key, value in summary["sft"].items():
-    assert sft[key] == pytest.approx(value, abs=1e-9), key
+    assert sft["metrics"][key] == pytest.approx(value, abs=1e-9), key
+  assert sft["episodes"] == [r for r in logged if r["step"] == 0]  # SFT is step 0 there
   # Other tasks by --set, greedy only.
   out = _main_ok(capsys, "--workdir", work, "--eval", "--set", "eval.first_task=10",
                  "--set", "eval.num_episodes=2", "--set", "eval.sampled=false")

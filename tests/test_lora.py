@@ -213,13 +213,13 @@ def test_adapters_on_a_loaded_checkpoint_and_the_peft_files(tmp_path):
   want = _flat(nnx.state(Decoder(BASE.replace(lora=LORA), rngs=nnx.Rngs(5)), nnx.LoRAParam))
   for k, v in _flat(nnx.state(model, nnx.LoRAParam)).items():
     np.testing.assert_array_equal(np.asarray(v.get_value()), np.asarray(want[k].get_value()))
-  lora.save_peft(model, str(tmp_path / "peft"), base_model_name_or_path="tiny")
+  hf.save_peft(model, str(tmp_path / "peft"), base_model_name_or_path="tiny")
   import json
   import safetensors.numpy
-  with open(tmp_path / "peft" / lora.ADAPTER_CONFIG) as f:
+  with open(tmp_path / "peft" / hf.ADAPTER_CONFIG) as f:
     conf = json.load(f)
   assert (conf["peft_type"], conf["r"], conf["lora_alpha"]) == ("LORA", 4, 8.0)
-  tensors = safetensors.numpy.load_file(str(tmp_path / "peft" / lora.ADAPTER_WEIGHTS))
+  tensors = safetensors.numpy.load_file(str(tmp_path / "peft" / hf.ADAPTER_WEIGHTS))
   assert len(tensors) == 2 * 7 * BASE.num_layers
   q = "base_model.model.model.layers.1.self_attn.q_proj"
   assert tensors[f"{q}.lora_A.weight"].shape == (4, 32)  # [r, in]

@@ -1,6 +1,6 @@
 """LoRA adapters against Hugging Face peft + transformers (PyTorch, CPU): adapters trained
 here on a tiny HF-format checkpoint, exported in the PEFT format
-(csa_jax/model/lora.py, `save_peft`) and loaded with `peft.PeftModel.from_pretrained` onto
+(csa_jax/model/hf.py, `save_peft`) and loaded with `peft.PeftModel.from_pretrained` onto
 the same base in transformers, give this project's logits within the HF-parity
 tolerance; the merged export loads into plain transformers with the same logits."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from csa_jax.model import LoRAConfig, hf, lora
+from csa_jax.model import LoRAConfig, hf
 from tests.test_hf_parity import LLAMA_KW, QWEN_KW, REL_TOL, V, _hf_model, _rel_err
 
 
@@ -44,8 +44,8 @@ def test_peft_loads_our_adapters_onto_the_same_base(torch_hf, tmp_path, arch, kw
   cfg = LoRAConfig(rank=4, alpha=8.0, targets=("q_proj", "k_proj", "v_proj", "o_proj",
                                                "gate_proj", "up_proj", "down_proj"))
   ours = _trained_adapters(hf.load_model(base_dir, lora=cfg, scan_layers=scan))
-  lora.save_peft(ours, adapter_dir, base_model_name_or_path=base_dir)
-  with open(os.path.join(adapter_dir, lora.ADAPTER_CONFIG)) as f:
+  hf.save_peft(ours, adapter_dir, base_model_name_or_path=base_dir)
+  with open(os.path.join(adapter_dir, hf.ADAPTER_CONFIG)) as f:
     assert json.load(f)["r"] == 4
 
   ids = np.random.default_rng(0).integers(0, V, (3, 40))
@@ -60,7 +60,7 @@ def test_peft_loads_our_adapters_onto_the_same_base(torch_hf, tmp_path, arch, kw
   assert _rel_err(want, got) < REL_TOL
 
   merged_dir = str(tmp_path / "merged")
-  lora.save_merged(ours, merged_dir)
+  hf.save_pretrained(ours, merged_dir)  # an adapted model is written merged
   merged_hf = transformers.AutoModelForCausalLM.from_pretrained(merged_dir).eval()
   with torch.no_grad():
     got = merged_hf(torch.tensor(ids)).logits.numpy()

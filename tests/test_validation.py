@@ -18,7 +18,7 @@ import pytest
 import experiments
 import launch
 from csa_jax import config_fields
-from csa_jax.config import ConfigError, apply_overrides
+from csa_jax.config import ConfigError, ExperimentConfig, apply_overrides
 from environments import demo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +64,25 @@ TABLE = [
     ("seed=-1", _sets("seed=-1"), ["seed must be >= 0"]),
     ("vocab", _sets("tokenizer.vocab_size=4096"),
      ["tokenizer.vocab_size=4096 exceeds model.vocab_size=512"]),
+    # The rules across fields (config.validate; a rule on one field is config_fields'):
+    ("prefill-divides", _sets("rollout.prefill_chunk=5"),
+     ["rollout.prefill_chunk=5 must divide the sampler's rows per call"]),
+    ("seq-len", _sets("rollout.max_prompt_tokens=100000"),
+     ["rollout.max_prompt_tokens + rollout.max_action_tokens =", "exceeds model.max_seq_len"]),
+    ("top_k", _sets("rollout.top_k=5"), ["rollout.top_k/top_p truncate the sampling"]),
+    ("top_p", _sets("rollout.top_p=0.9"), ["rollout.top_k/top_p truncate the sampling"]),
+    ("model_path", _sets("model_path=/nonexistent/model"),
+     ["model_path '/nonexistent/model' is not a directory"]),
+    ("mtdpo-kl", _sets("algo.method=mtdpo"),
+     ["algo.method=mtdpo trains the DPO loss alone", "set algo.kl_coef=0"]),
+    ("init_from", _sets("sft.init_from=/nonexistent/run"),
+     ["sft.init_from '/nonexistent/run' holds no SFT checkpoint"]),
+    ("micro-batch", _sets("optim.micro_batch_size=7"),
+     ["optim.micro_batch_size=7 must divide algo.minibatch_size"]),
+    ("eval-on-train", _sets("env.eval_split=train"),
+     ["eval.first_task=0 would evaluate on training tasks"]),
+    ("eval-off", _sets("eval.greedy=false", "eval.sampled=false"),
+     ["eval.greedy and eval.sampled are both off"]),
     ("unknown-exp", ["--exp", "nosuch"], ["unknown experiment 'nosuch'; known: "]),
     ("unknown-key", _sets("rollout.grup_size=3"), ["unknown config key 'rollout.grup_size'"]),
     ("list-family", ["--list", "nosuch"], ["no experiment family 'nosuch'"]),
@@ -161,7 +180,7 @@ def test_every_leaf_of_every_experiment_has_help():
       if f is None or not f.help.strip():
         missing.add(leaf.key)
   assert not missing, f"no help in csa_jax/config_fields.py FIELDS for {sorted(missing)}"
-  declared = set(config_fields.declared_keys())
+  declared = set(config_fields.declared_keys(ExperimentConfig))
   assert declared - set(config_fields.FIELDS) == set(), (
       f"no help in csa_jax/config_fields.py FIELDS for "
       f"{sorted(declared - set(config_fields.FIELDS))}")

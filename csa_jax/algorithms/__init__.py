@@ -14,13 +14,13 @@ from csa_jax.algorithms.estimator import EstimatorAlgorithm
 from csa_jax.algorithms.istar import IStar
 from csa_jax.algorithms.mtdpo import MultiTurnDPO
 from csa_jax.algorithms.spa import SPA
+from csa_jax.methods import METHODS
 
-# The one list of RL methods (`algo.method`); config validation reads it through `names`.
+# Each name of the one list of RL methods (csa_jax/methods.py) with its implementation.
 _METHODS = {a.name: a for a in (EstimatorAlgorithm, IStar, SPA, MultiTurnDPO)}
-
-
-def names() -> list[str]:
-  return list(_METHODS)
+if tuple(_METHODS) != METHODS:  # a method added to one place and not the other
+  raise ImportError(f"csa_jax/methods.py lists {METHODS}, csa_jax/algorithms implements "
+                    f"{tuple(_METHODS)}")
 
 
 def get(name: str) -> Algorithm:
@@ -44,5 +44,4 @@ def unpack_state(tree, aux_template) -> tuple[Any, Any]:
   return (tree["train"], tree["aux"]) if aux_template else (tree, aux_template)
 
 
-__all__ = ["Algorithm", "Context", "Prepared", "get", "label", "names", "pack_state",
-           "unpack_state"]
+__all__ = ["Algorithm", "Context", "Prepared", "get", "label", "pack_state", "unpack_state"]

@@ -14,6 +14,11 @@ config.json is accepted in both spellings: the older top-level `rope_theta` +
 default and "llama3" (Llama 3.1 / 3.2). Every problem (missing file, missing or
 unexpected tensor, shape mismatch, unsupported architecture or option) raises
 `HFCheckpointError` with one line naming the file and the field or tensor.
+
+`save_peft` writes the LoRA adapters of a policy alone as a PEFT adapter directory
+(adapter_config.json + adapter_model.safetensors, which huggingface/peft's
+`PeftModel.from_pretrained(base, dir)` loads), with lora_A.weight [r, in] and
+lora_B.weight [out, r] per projection, as PEFT's `LoraLayer` stores them.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from flax import nnx
 
 from csa_jax import mesh as mesh_lib
 from csa_jax.model.config import Llama3RopeScaling, LoRAConfig, ModelConfig
+from csa_jax.model import lora as lora_lib
 from csa_jax.model.decoder import Decoder
 from csa_jax.tokenizer import Tokenizer
 
@@ -39,6 +45,8 @@ ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+ADAPTER_CONFIG = "adapter_config.json"  # PEFT's adapter directory (`save_peft`)
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 # Buffers some exporters store next to the weights; not parameters.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -342,7 +350,6 @@ def load_model(path: str, *, dtype: str = "float32",
         mesh_lib.state_shardings(state, mesh, rules)))
   adapters = {}
   if cfg.lora.enabled:  # not in the checkpoint: A drawn from `seed`, B zero
-    from csa_jax.model import lora as lora_lib  # pylint: disable=import-outside-toplevel
     ad_sh = None
     if mesh is not None:
       ad_sh = nnx.split_state(mesh_lib.state_shardings(state, mesh, rules),
@@ -431,10 +438,9 @@ def save_pretrained(model: Decoder, path: str, *, dtype: str | None = None,
   dtype: stored dtype (default the model's param_dtype). With max_shard_bytes,
   writes model-0000i-of-0000n.safetensors plus the index file. A model with LoRA
   adapters is written merged (W + alpha / r A B: csa_jax/model/lora.py, `merged_model`);
-  `lora.save_peft` writes the adapters alone.
+  `save_peft` writes the adapters alone.
   """
   if model.cfg.lora.enabled:
-    from csa_jax.model import lora as lora_lib  # pylint: disable=import-outside-toplevel
     model = lora_lib.merged_model(model)
   cfg = model.cfg
   dtype = dtype or cfg.param_dtype
@@ -468,3 +474,49 @@ def save_pretrained(model: Decoder, path: str, *, dtype: str | None = None,
            "weight_map": weight_map}
   with open(os.path.join(path, INDEX_FILE), "w", encoding="utf-8") as f:
     json.dump(index, f, indent=2)
+
+
+# ------------------------------------------------------------------ PEFT ----
+
+def _peft_tensors(model: Decoder, np_dtype) -> dict[str, np.ndarray]:
+  cfg = model.cfg
+  tensors = {}
+  for p, var in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam)):
+    value = np.asarray(jax.device_get(var.get_value()), np.float32)
+    kernel_path = p[:-1] + ("kernel",)
+    parts = _per_layer(kernel_path, cfg)
+    for i, q in enumerate(parts):
+      one = value[i] if len(parts) > 1 else value
+      module = _hf_name(q)[: -len(".weight")]
+      if p[-1] == "lora_a":  # [in..., r] -> lora_A.weight [r, in]
+        name, w = "lora_A", one.reshape(-1, cfg.lora.rank).T
+      else:  # [r, out...] -> lora_B.weight [out, r]
+        name, w = "lora_B", one.reshape(cfg.lora.rank, -1).T
+      tensors[f"base_model.model.{module}.{name}.weight"] = np.ascontiguousarray(
+          w.astype(np_dtype))
+  return tensors
+
+
+def peft_config(cfg: LoRAConfig, base_model_name_or_path: str = "") -> dict[str, Any]:
+  """adapter_config.json for PEFT's LoraConfig (alpha / r scaling, no dropout, no bias)."""
+  return {
+      "peft_type": "LORA", "task_type": "CAUSAL_LM",
+      "base_model_name_or_path": base_model_name_or_path or None,
+      "r": cfg.rank, "lora_alpha": cfg.alpha, "lora_dropout": 0.0,
+      "target_modules": sorted(cfg.targets), "bias": "none", "fan_in_fan_out": False,
+      "use_rslora": False, "use_dora": False, "init_lora_weights": True,
+      "inference_mode": True, "modules_to_save": None, "layers_to_transform": None,
+      "layers_pattern": None, "rank_pattern": {}, "alpha_pattern": {},
+  }
+
+
+def save_peft(model: Decoder, path: str, *, base_model_name_or_path: str = "",
+              dtype: str = "float32") -> None:
+  """Writes the adapters of `model` as a PEFT LoRA adapter directory."""
+  if not model.cfg.lora.enabled:
+    raise HFCheckpointError("save_peft: the model has no LoRA adapters (model.lora.rank 0)")
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, ADAPTER_CONFIG), "w", encoding="utf-8") as f:
+    json.dump(peft_config(model.cfg.lora, base_model_name_or_path), f, indent=2)
+  safetensors.numpy.save_file(_peft_tensors(model, _NP_DTYPES[dtype]),
+                              os.path.join(path, ADAPTER_WEIGHTS), metadata={"format": "pt"})

@@ -17,30 +17,25 @@ both kinds; this module splits it:
   the checkpoint's meta, `model_path` or the seed that made it) and how it is restored
   (the adapters into the run's own base).
 - `merged_state` / `merged_model`: the adapters folded into the kernels, W + (alpha / r) A B,
-  as a model without adapters (the sampler's alternative, and `save_merged`'s export).
-- `save_peft`: adapter_config.json + adapter_model.safetensors in the PEFT layout
-  (huggingface/peft, `PeftModel.from_pretrained(base, dir)`), with lora_A.weight [r, in]
-  and lora_B.weight [out, r] per projection, as PEFT's `LoraLayer` stores them.
+  as a model without adapters (the sampler's alternative, and what `hf.save_pretrained`
+  writes of an adapted model).
+
+The Hugging Face files of an adapted model (the merged checkpoint, and the adapters alone
+in the PEFT layout: `save_peft`) are written by csa_jax/model/hf.py, which owns the
+tensor names; this module knows nothing of file formats.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import safetensors.numpy
 from flax import nnx
 
 from csa_jax.model.config import LoRAConfig, ModelConfig
 from csa_jax.model.decoder import Decoder
-
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-
 
 def _is_state(x) -> bool:
   return isinstance(x, nnx.State)
@@ -194,60 +189,3 @@ def merged_model(model: Decoder) -> Decoder:
     return model
   params = nnx.state(model, nnx.Param)
   return nnx.merge(base_graphdef(cfg), merged_state(params, cfg))
-
-
-def save_merged(model: Decoder, path: str, **kwargs) -> None:
-  """The adapted model as a plain Hugging Face checkpoint (csa_jax/model/hf.py's
-  `save_pretrained` of `merged_model`)."""
-  from csa_jax.model import hf  # pylint: disable=import-outside-toplevel
-  hf.save_pretrained(merged_model(model), path, **kwargs)
-
-
-# ----------------------------------------------------------------------------------------
-# PEFT export.
-
-
-def _peft_tensors(model: Decoder, np_dtype) -> dict[str, np.ndarray]:
-  from csa_jax.model import hf  # pylint: disable=import-outside-toplevel
-  cfg = model.cfg
-  tensors = {}
-  for p, var in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam)):
-    value = np.asarray(jax.device_get(var.get_value()), np.float32)
-    kernel_path = p[:-1] + ("kernel",)
-    parts = hf._per_layer(kernel_path, cfg)  # pylint: disable=protected-access
-    for i, q in enumerate(parts):
-      one = value[i] if len(parts) > 1 else value
-      module = hf._hf_name(q)[: -len(".weight")]  # pylint: disable=protected-access
-      if p[-1] == "lora_a":  # [in..., r] -> lora_A.weight [r, in]
-        name, w = "lora_A", one.reshape(-1, cfg.lora.rank).T
-      else:  # [r, out...] -> lora_B.weight [out, r]
-        name, w = "lora_B", one.reshape(cfg.lora.rank, -1).T
-      tensors[f"base_model.model.{module}.{name}.weight"] = np.ascontiguousarray(
-          w.astype(np_dtype))
-  return tensors
-
-
-def peft_config(cfg: LoRAConfig, base_model_name_or_path: str = "") -> dict[str, Any]:
-  """adapter_config.json for PEFT's LoraConfig (alpha / r scaling, no dropout, no bias)."""
-  return {
-      "peft_type": "LORA", "task_type": "CAUSAL_LM",
-      "base_model_name_or_path": base_model_name_or_path or None,
-      "r": cfg.rank, "lora_alpha": cfg.alpha, "lora_dropout": 0.0,
-      "target_modules": sorted(cfg.targets), "bias": "none", "fan_in_fan_out": False,
-      "use_rslora": False, "use_dora": False, "init_lora_weights": True,
-      "inference_mode": True, "modules_to_save": None, "layers_to_transform": None,
-      "layers_pattern": None, "rank_pattern": {}, "alpha_pattern": {},
-  }
-
-
-def save_peft(model: Decoder, path: str, *, base_model_name_or_path: str = "",
-              dtype: str = "float32") -> None:
-  """Writes the adapters of `model` as a PEFT LoRA adapter directory."""
-  from csa_jax.model import hf  # pylint: disable=import-outside-toplevel
-  if not model.cfg.lora.enabled:
-    raise hf.HFCheckpointError("save_peft: the model has no LoRA adapters (model.lora.rank 0)")
-  os.makedirs(path, exist_ok=True)
-  with open(os.path.join(path, ADAPTER_CONFIG), "w", encoding="utf-8") as f:
-    json.dump(peft_config(model.cfg.lora, base_model_name_or_path), f, indent=2)
-  safetensors.numpy.save_file(_peft_tensors(model, hf._NP_DTYPES[dtype]),  # pylint: disable=protected-access
-                              os.path.join(path, ADAPTER_WEIGHTS), metadata={"format": "pt"})
