@@ -12,6 +12,8 @@ import tempfile
 
 import pytest
 
+from tests import tiny_runs
+
 # Module name -> what provides it (requirements-test.txt and requirements.txt).
 TEST_DEPENDENCIES = {
     "hypothesis": "hypothesis",
@@ -44,6 +46,12 @@ def pytest_configure(config):
   if "JAX_COMPILATION_CACHE_DIR" not in os.environ and not hasattr(config, "workerinput"):
     os.environ["JAX_COMPILATION_CACHE_DIR"] = config._jax_cache = tempfile.mkdtemp(
         prefix="csa_jax_test_jax_cache_")
+  # One folder per session for what several test files share (tests/tiny_runs.py: the
+  # demonstrations, the tiny TWX SFT start), found by the xdist workers through the same
+  # inheritance.
+  if tiny_runs.ENV_VAR not in os.environ and not hasattr(config, "workerinput"):
+    os.environ[tiny_runs.ENV_VAR] = config._shared_dir = tempfile.mkdtemp(
+        prefix="csa_jax_test_shared_")
   missing = missing_dependencies()
   if missing:
     raise pytest.UsageError(
@@ -53,5 +61,13 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-  if getattr(config, "_jax_cache", None):
-    shutil.rmtree(config._jax_cache, ignore_errors=True)
+  for attr in ("_jax_cache", "_shared_dir"):
+    if getattr(config, attr, None):
+      shutil.rmtree(getattr(config, attr), ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def twx_sft_start():
+  """(run directory, summary) of the session's tiny TWX SFT-only run (tests/tiny_runs.py),
+  trained once per session and read, never written, by the tests that start from it."""
+  return tiny_runs.sft_start()
