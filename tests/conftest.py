@@ -52,12 +52,34 @@ def pytest_configure(config):
   if tiny_runs.ENV_VAR not in os.environ and not hasattr(config, "workerinput"):
     os.environ[tiny_runs.ENV_VAR] = config._shared_dir = tempfile.mkdtemp(
         prefix="csa_jax_test_shared_")
+  # pytest-xdist's --dist loadfile hands out files in collection order (below, the heavy
+  # files first), not re-sorted by test count: that sort (its default) put the files that
+  # hold a few long tests (whole training runs) last, where one of them ran alone on one
+  # worker while the other had nothing left.
+  if hasattr(config.option, "loadscopereorder"):
+    config.option.loadscopereorder = False
   missing = missing_dependencies()
   if missing:
     raise pytest.UsageError(
         "missing test dependencies: " + ", ".join(TEST_DEPENDENCIES[m] for m in missing)
         + "; install them with `pip install -r requirements-test.txt` (tests are not "
         "skipped for a missing dependency)")
+
+
+# The files that start whole training runs, heaviest first (reports/suite_time.md): run
+# first, so that with two workers (make test) neither ends with a long file alone. The
+# files that need the session's SFT start (tests/tiny_runs.py) are not both first, so the
+# second worker does not wait for the first to train it. Other files follow in their
+# collection order.
+HEAVY_FIRST = ("test_trainer_rl.py", "test_multiprocess.py", "test_resume.py",
+               "test_trainer.py", "test_algorithm_runs.py", "test_after_training.py",
+               "test_golden.py", "test_wiring.py", "test_credit.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+  rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+  # A stable sort: each file's tests keep their order.
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def pytest_unconfigure(config):
