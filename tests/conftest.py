@@ -12,6 +12,8 @@ import tempfile
 
 import pytest
 
+from tests import tiny_runs
+
 # Module name -> what provides it (requirements-test.txt and requirements.txt).
 TEST_DEPENDENCIES = {
     "hypothesis": "hypothesis",
@@ -44,6 +46,18 @@ def pytest_configure(config):
   if "JAX_COMPILATION_CACHE_DIR" not in os.environ and not hasattr(config, "workerinput"):
     os.environ["JAX_COMPILATION_CACHE_DIR"] = config._jax_cache = tempfile.mkdtemp(
         prefix="csa_jax_test_jax_cache_")
+  # One folder per session for what several test files share (tests/tiny_runs.py: the
+  # demonstrations, the tiny TWX SFT start), found by the xdist workers through the same
+  # inheritance.
+  if tiny_runs.ENV_VAR not in os.environ and not hasattr(config, "workerinput"):
+    os.environ[tiny_runs.ENV_VAR] = config._shared_dir = tempfile.mkdtemp(
+        prefix="csa_jax_test_shared_")
+  # pytest-xdist's --dist loadfile hands out files in collection order (below, the heavy
+  # files first), not re-sorted by test count: that sort (its default) put the files that
+  # hold a few long tests (whole training runs) last, where one of them ran alone on one
+  # worker while the other had nothing left.
+  if hasattr(config.option, "loadscopereorder"):
+    config.option.loadscopereorder = False
   missing = missing_dependencies()
   if missing:
     raise pytest.UsageError(
@@ -52,6 +66,30 @@ def pytest_configure(config):
         "skipped for a missing dependency)")
 
 
+# The files that start whole training runs, heaviest first (reports/suite_time.md): run
+# first, so that with two workers (make test) neither ends with a long file alone. The
+# files that need the session's SFT start (tests/tiny_runs.py) are not both first, so the
+# second worker does not wait for the first to train it. Other files follow in their
+# collection order.
+HEAVY_FIRST = ("test_trainer_rl.py", "test_multiprocess.py", "test_resume.py",
+               "test_trainer.py", "test_algorithm_runs.py", "test_after_training.py",
+               "test_golden.py", "test_wiring.py", "test_credit.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+  rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+  # A stable sort: each file's tests keep their order.
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_unconfigure(config):
-  if getattr(config, "_jax_cache", None):
-    shutil.rmtree(config._jax_cache, ignore_errors=True)
+  for attr in ("_jax_cache", "_shared_dir"):
+    if getattr(config, attr, None):
+      shutil.rmtree(getattr(config, attr), ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def twx_sft_start():
+  """(run directory, summary) of the session's tiny TWX SFT-only run (tests/tiny_runs.py),
+  trained once per session and read, never written, by the tests that start from it."""
+  return tiny_runs.sft_start()

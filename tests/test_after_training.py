@@ -20,6 +20,7 @@ from csa_jax.checkpoint import Checkpointer
 from csa_jax.config import apply_overrides
 from csa_jax.signals import Interrupted
 from csa_jax.trainer import Trainer
+from tests import tiny_runs
 
 REL_TOL = 1e-4  # tests/test_hf_parity.py: fp32 logits within 1e-4 of the logits' scale
 
@@ -38,7 +39,7 @@ def tiny_cfg(demos_dir, iterations=1):
 def run(tmp_path_factory):
   root = tmp_path_factory.mktemp("after")
   work = str(root / "run")
-  summary = Trainer(tiny_cfg(root / "demos"), work).run()
+  summary = Trainer(tiny_cfg(tiny_runs.demos_dir()), work).run()  # the session's demos
   return root, work, summary
 
 
@@ -143,7 +144,7 @@ def test_sft_curve_and_config_provenance(run):
 
 def test_sft_stopped_by_a_signal_saves_its_progress_and_resumes_bit_for_bit(run, tmp_path):
   root, work, _ = run
-  cfg = tiny_cfg(root / "demos", iterations=0)
+  cfg = tiny_cfg(tiny_runs.demos_dir(), iterations=0)
   stopped = str(tmp_path / "stopped")
   trainer = Trainer(cfg, stopped)
   trainer.stop.requested = signal.SIGINT  # as if Ctrl-C came during the first batch

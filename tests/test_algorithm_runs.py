@@ -3,6 +3,7 @@
 auxiliary state (models and optimizer states) a checkpoint holds."""
 
 import dataclasses
+import pathlib
 
 import jax
 import numpy as np
@@ -12,14 +13,12 @@ import launch
 from csa_jax import metrics as M
 from csa_jax.algorithms import istar, mtdpo, spa
 from csa_jax.checkpoint import Checkpointer
+from tests import tiny_runs
 
-TINY = ["sft.num_demos=6", "sft.epochs=30", "sft.batch_size=16", "rollout.tasks_per_iter=2",
-        "rollout.group_size=3", "rollout.num_envs=6", "rollout.max_turns=4",
-        "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6", "algo.minibatch_size=8",
-        "eval.num_episodes=3", "eval.greedy=false", "checkpoint_every=1",
-        "tokenizer.vocab_size=512", "model.vocab_size=512", "model.max_seq_len=128",
-        "env.kwargs.step_limit=4", "algo.spa.explore_tasks=2", "algo.spa.explore_k=2",
-        "algo.spa.epochs=1"]
+# The shared tiny TWX run (tests/tiny_runs.py), unpacked rows (one update shape a phase:
+# nothing here is about packing), and a small SPA exploration.
+TINY = [*tiny_runs.TWX_TINY, "optim.pack_rows=false", "algo.spa.explore_tasks=2",
+        "algo.spa.explore_k=2", "algo.spa.epochs=1"]
 
 
 def run(exp, workdir, *sets, resume=False):
@@ -30,10 +29,9 @@ def run(exp, workdir, *sets, resume=False):
 
 
 @pytest.fixture(scope="module")
-def sft(tmp_path_factory):
-  tmp = tmp_path_factory.mktemp("algo_runs")
-  run("twx_coin_grpo", tmp / "sft", f"sft.demos_dir={tmp / 'demos'}", "rl_iterations=0")
-  return tmp / "sft"
+def sft(twx_sft_start):
+  """The session's tiny TWX SFT-only run (tests/conftest.py's twx_sft_start)."""
+  return pathlib.Path(twx_sft_start[0])
 
 
 def _read(directory, step=None):
@@ -132,7 +130,7 @@ def test_spa_exploration_counts_inside_the_step_budget(tmp_path):
           "algo.minibatch_size=8", "eval.num_episodes=3", "eval.greedy=false",
           "checkpoint_every=1", "algo.spa.explore_tasks=4", "algo.spa.explore_k=2",
           "algo.spa.epochs=1", "algo.spa.explore_share=0.25", "rl_env_steps=100",
-          "rl_iterations=50"]
+          "rl_iterations=50", "optim.pack_rows=false"]
   argv = ["--exp", "keydoor_h4_spa", "--workdir", str(tmp_path / "run")]
   for s in sets:
     argv += ["--set", s]

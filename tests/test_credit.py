@@ -145,7 +145,7 @@ def test_credit_command_end_to_end(tmp_path):
   from tests.test_trainer import tiny_cfg
 
   run = str(tmp_path / "run")
-  Trainer(tiny_cfg(1, tmp_path / "demos"), run).run()
+  Trainer(tiny_cfg(1), run).run()  # the session's demonstrations
   outs = []
   for which in ("sft", "rl"):
     out = str(tmp_path / f"study_{which}")

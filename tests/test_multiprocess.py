@@ -5,7 +5,8 @@ two `launch.py` processes (4 simulated CPU devices each) that form one 8-device 
 as two hosts of a pod slice would: a tiny quickstart (SFT, 2 RL iterations, held-out
 evaluation, checkpoints). The same run on one process with 8 devices is the independent
 path it is compared with; a third run is killed (both processes, SIGKILL) after its first
-RL checkpoint and resumed. All runs share a JAX compilation cache and the demonstrations.
+RL checkpoint and resumed. All runs share a JAX compilation cache and the session's
+demonstrations (tests/tiny_runs.py).
 """
 
 import json
@@ -22,6 +23,7 @@ import pytest
 from csa_jax import metrics as M
 from csa_jax import perf
 from csa_jax.checkpoint import Checkpointer
+from tests import tiny_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["sft.num_demos=6", "sft.epochs=30", "sft.batch_size=16", "rollout.tasks_per_iter=2",
@@ -107,7 +109,7 @@ class Runs:
 
   def args(self, workdir, *sets, resume=False):
     out = ["--exp", "twx_coin_csa", "--mesh", "4x2", "--workdir", str(workdir)]
-    for s in [*TINY, f"sft.demos_dir={self.root / 'demos'}", *sets]:
+    for s in [*TINY, f"sft.demos_dir={tiny_runs.demos_dir()}", *sets]:  # the session's
       out += ["--set", s]
     return out + (["--resume"] if resume else [])
 

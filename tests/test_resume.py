@@ -3,9 +3,12 @@ middle of an iteration, or finished and then extended, a run resumed with `--res
 bit for bit where the uninterrupted run ends: the same parameters and optimizer state, and
 the same metrics at every iteration (all but wall-clock times).
 
-Every run is a real `launch.py` process on TextWorldExpress with a tiny decoder, all
-starting from one SFT run (`sft.init_from`) so that only the RL phase is repeated; they
-share a JAX compilation cache so that each process compiles nothing after the first.
+The killed and stopped runs are real `launch.py` processes (a signal is what they test);
+the uninterrupted reference and the extended run are `launch.main` in this process, so the
+processes' results are also compared with an in-process run's. All are TextWorldExpress
+with a tiny decoder, starting from the session's SFT run (`sft.init_from`, tests/conftest.py's
+twx_sft_start) so that only the RL phase is repeated; the processes share the session's
+JAX compilation cache (every compile kept) so that each compiles nothing after the first.
 """
 
 import os
@@ -18,25 +21,26 @@ import jax
 import numpy as np
 import pytest
 
+import launch
 from csa_jax import metrics as M
 from csa_jax import perf
 from csa_jax.checkpoint import Checkpointer
+from tests import tiny_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["sft.num_demos=6", "sft.epochs=30", "sft.batch_size=16", "rollout.tasks_per_iter=2",
-        "rollout.group_size=3", "rollout.num_envs=6", "rollout.max_turns=4",
-        "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6",
-        "algo.minibatch_size=8", "eval.num_episodes=3", "eval.greedy=false",
-        "checkpoint_every=1", "tokenizer.vocab_size=512", "model.vocab_size=512",
-        "model.max_seq_len=128", "env.kwargs.step_limit=4"]
+TINY = [*tiny_runs.TWX_TINY, "sft.epochs=30"]
 ITERATIONS = 3
 
 
-def _cmd(workdir, *sets, resume=False):
-  args = [sys.executable, "launch.py", "--exp", "twx_coin_csa", "--workdir", str(workdir)]
+def _argv(workdir, *sets, resume=False):
+  args = ["--exp", "twx_coin_csa", "--workdir", str(workdir)]
   for s in [*TINY, *sets]:
     args += ["--set", s]
   return args + (["--resume"] if resume else [])
+
+
+def _cmd(workdir, *sets, resume=False):
+  return [sys.executable, "launch.py", *_argv(workdir, *sets, resume=resume)]
 
 
 def _env(cache):
@@ -46,8 +50,17 @@ def _env(cache):
 
 
 class Runs:
-  def __init__(self, root):
-    self.root, self.cache = root, root / "jax_cache"
+  """`sft`: a run directory to start from; None trains one here (a `launch.py` process
+  with `rl_iterations=0`, as tests/test_lora_run.py's LoRA runs do)."""
+
+  def __init__(self, root, sft=None):
+    self.root = root
+    # The session's cache where there is one (tests/conftest.py), so that the processes
+    # find what this process compiled too.
+    self.cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or root / "jax_cache"
+    if sft is not None:
+      self.sft = sft
+      return
     self.sft = root / "sft"
     out = self.run(self.sft, "rl_iterations=0", f"sft.demos_dir={root / 'demos'}")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -59,6 +72,11 @@ class Runs:
     return subprocess.run(_cmd(workdir, *sets, resume=resume), cwd=ROOT, capture_output=True,
                           text=True, timeout=600, env=_env(self.cache))
 
+  def run_here(self, workdir, *sets, resume=False):
+    """The same run in this process (`launch.main`): no interpreter, imports or
+    compiles to pay again, where a real process is not what is tested."""
+    assert launch.main(_argv(workdir, *sets, resume=resume)) == 0
+
   def start(self, workdir, *sets):
     # A session of its own: a signal can go to its whole process group, as Ctrl-C does.
     return subprocess.Popen(_cmd(workdir, *sets), cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -67,11 +85,10 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-  runs = Runs(tmp_path_factory.mktemp("resume"))
+def runs(tmp_path_factory, twx_sft_start):
+  runs = Runs(tmp_path_factory.mktemp("resume"), sft=twx_sft_start[0])
   runs.reference = runs.root / "reference"
-  out = runs.run(runs.reference, *runs.sets())
-  assert out.returncode == 0, out.stderr[-3000:]
+  runs.run_here(runs.reference, *runs.sets())
   return runs
 
 
@@ -174,10 +191,8 @@ def test_sigterm_mid_iteration_saves_exits_and_resumes_bitwise(runs, how):
 
 def test_a_finished_run_extended_to_more_iterations_equals_the_longer_run(runs):
   work = runs.root / "extended"
-  out = runs.run(work, *runs.sets(ITERATIONS - 1))
-  assert out.returncode == 0, out.stderr[-3000:]
-  out = runs.run(work, *runs.sets(ITERATIONS), resume=True)
-  assert out.returncode == 0, out.stderr[-3000:]
+  runs.run_here(work, *runs.sets(ITERATIONS - 1))
+  runs.run_here(work, *runs.sets(ITERATIONS), resume=True)
   # The shorter run's final evaluation (its own line at its last step) stays in its log.
   got = _metrics(work)
   shorter_eval = [r for r in got if r["step"] == ITERATIONS - 1 and "rollout/success" not in r]

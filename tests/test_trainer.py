@@ -12,9 +12,12 @@ from csa_jax import metrics as M
 from csa_jax.config import apply_overrides
 from csa_jax.evaluation import summary_table
 from csa_jax.trainer import Trainer
+from tests import tiny_runs
 
 
-def tiny_cfg(iterations, demos_dir):
+def tiny_cfg(iterations, demos_dir=None):
+  """demos_dir: the session's demonstrations (tests/tiny_runs.py) unless given."""
+  demos_dir = demos_dir or tiny_runs.demos_dir()
   cfg = experiments.get_experiment("quickstart_coin")
   return apply_overrides(cfg, [f"sft.demos_dir={demos_dir}",
       "sft.num_demos=6", "sft.epochs=1", "sft.batch_size=16",
@@ -28,7 +31,7 @@ def tiny_cfg(iterations, demos_dir):
 
 def test_quickstart_shape_end_to_end_and_resume(tmp_path):
   work = str(tmp_path / "run")
-  summary = Trainer(tiny_cfg(2, tmp_path / 'demos'), work).run()
+  summary = Trainer(tiny_cfg(2), work).run()
   for key in ("sft", "rl"):
     for prefix in ("eval", "eval_sampled"):
       m = summary[key]
@@ -51,7 +54,7 @@ def test_quickstart_shape_end_to_end_and_resume(tmp_path):
   # Resume: one more iteration continues from the last checkpoint, nothing repeated,
   # and lines logged after that checkpoint (as by a crash) are dropped, not duplicated.
   M.MetricsWriter(work, tensorboard=False).write(3, {"rollout/success": -1.0})
-  summary2 = Trainer(tiny_cfg(3, tmp_path / 'demos'), work, resume=True).run()
+  summary2 = Trainer(tiny_cfg(3), work, resume=True).run()
   recs = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
   rl = [r for r in recs if "rollout/success" in r]
   assert [r["step"] for r in rl] == [1, 2, 3]
@@ -91,11 +94,11 @@ def test_pretrained_checkpoint_with_chat_template(tmp_path):
   ckpt = tmp_path / "ckpt"
   tok = _tiny_hf_checkpoint(ckpt)
 
-  base = tiny_cfg(1, tmp_path / 'demos')
+  base = tiny_cfg(1)
   # The tiny tokenizer spells text out in many tokens: 234 (prompt) and 10 (action) needed.
   cfg_run = apply_overrides(base, [f"model_path={ckpt}", "eval.num_episodes=3",
                                    "rollout.max_prompt_tokens=240", "rollout.max_action_tokens=12",
-                                   "eval.sampled=false"])
+                                   "eval.sampled=false", "optim.pack_rows=false"])
   work = str(tmp_path / "run")
   trainer = Trainer(cfg_run, work)
   summary = trainer.run()
@@ -117,7 +120,7 @@ def test_think_format_run_of_a_pretrained_checkpoint_stops_at_its_env_step_budge
   ckpt = tmp_path / "ckpt"
   _tiny_hf_checkpoint(ckpt, extra_text=THINK_CUE + " <action>take coin</action> hmm",
                       max_seq_len=512)
-  cfg = apply_overrides(tiny_cfg(3, tmp_path / "demos"), [
+  cfg = apply_overrides(tiny_cfg(3), [
       f"model_path={ckpt}", "eval.num_episodes=3", "eval.sampled=false",
       "rollout.action_format=think", "rollout.max_prompt_tokens=400",
       "rollout.max_action_tokens=40", "rl_env_steps=1", "optim.micro_batch_size=8"])
@@ -142,9 +145,9 @@ def test_think_format_run_of_a_pretrained_checkpoint_stops_at_its_env_step_budge
 def test_process_pool_trainer_reaches_credit_metrics(tmp_path):
   """The slow ALFWorld test's path, fast: TextWorldExpress environments in worker
   processes, their oracle step labels through the pickled results into credit/."""
-  cfg = apply_overrides(tiny_cfg(1, tmp_path / "demos"), [
+  cfg = apply_overrides(tiny_cfg(1), [
       "env.pool_backend=process", "rollout.num_envs=3", "sft.num_demos=4",
-      "eval.num_episodes=3", "eval.sampled=false"])
+      "eval.num_episodes=3", "eval.sampled=false", "optim.pack_rows=false"])
   summary = Trainer(cfg, str(tmp_path / "run")).run()
   assert summary["rl"]["eval/episodes"] == 3
   recs = M.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))

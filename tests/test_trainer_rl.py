@@ -2,13 +2,14 @@
 start (`sft.init_from`), CSA at lambda 0 equal to GRPO bit for bit, the KL anchor after a
 resume, no update from all-zero advantages, and DAPO's dynamic sampling."""
 
+import json
 import os
+import shutil
 
 import jax
 import numpy as np
 import pytest
 
-import experiments
 from csa_jax import metrics as M
 from csa_jax import rollout as R
 from csa_jax import groups
@@ -18,27 +19,45 @@ from csa_jax.algorithms import estimator as estimator_lib
 from csa_jax.checkpoint import Checkpointer
 from csa_jax.config import ConfigError, apply_overrides
 from csa_jax.trainer import Trainer
+from tests import tiny_runs
 
 
 def tiny_cfg(exp, iterations, demos_dir, *extra):
-  cfg = experiments.get_experiment(exp)
-  return apply_overrides(cfg, [f"sft.demos_dir={demos_dir}",
-      "sft.num_demos=6", "sft.epochs=1", "sft.batch_size=16",
-      "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
-      "rollout.max_turns=4", "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6",
-      "algo.minibatch_size=8", "eval.num_episodes=3", "eval.greedy=false",
-      f"rl_iterations={iterations}", "checkpoint_every=1", "tokenizer.vocab_size=512",
-      "model.vocab_size=512", "model.max_seq_len=128", "env.kwargs.step_limit=4", *extra])
+  """The shared tiny TWX run (tests/tiny_runs.py), unpacked rows (one update shape a
+  phase: these tests are not about packing; test_perf_metrics_in_every_rl_line_with_overlap
+  and the slow packed-rows test turn packing back on)."""
+  return tiny_runs.twx_cfg(exp, iterations, demos_dir, "optim.pack_rows=false", *extra)
 
 
 @pytest.fixture(scope="module")
-def sft_run(tmp_path_factory):
-  """An SFT-only run (rl_iterations=0): the shared start of the tests below."""
-  tmp = tmp_path_factory.mktemp("sft")
-  work = str(tmp / "sft")
-  # Enough epochs that the policy sometimes writes a valid action (mixed groups).
-  summary = Trainer(tiny_cfg("twx_coin_grpo", 0, tmp / "demos", "sft.epochs=30"), work).run()
-  return work, summary
+def sft_run(twx_sft_start):
+  """An SFT-only run (rl_iterations=0): the shared start of the tests below, trained once
+  per session (tests/conftest.py's twx_sft_start)."""
+  return twx_sft_start
+
+
+PEN = "algo.invalid_penalty=0.1"
+
+
+@pytest.fixture(scope="module")
+def pen_runs(sft_run, tmp_path_factory):
+  """GRPO, CSA at lambda 0 and CSA at lambda 0.5, 2 iterations each from the shared SFT
+  start with the invalid-action penalty (the tiny policy rarely wins; the penalty makes
+  returns differ inside groups, so advantages are non-zero and the updates are real):
+  name -> (workdir, summary, final checkpoint). Read by the tests below, never written
+  (the KL-after-resume test extends a copy of the GRPO run)."""
+  src, _ = sft_run
+  root = tmp_path_factory.mktemp("pen_runs")
+  out = {}
+  for name, exp in (("grpo", "twx_coin_grpo"), ("csa0", "twx_coin_csa_lam0"),
+                    ("csa", "twx_coin_csa")):
+    work = str(root / name)
+    # No demonstrations directory: with sft.init_from none is read (checked below).
+    cfg = tiny_cfg(exp, 2, root / "no_demos", f"sft.init_from={src}", PEN)
+    summary = Trainer(cfg, work).run()
+    out[name] = work, summary, _params(os.path.join(work, "checkpoints"))
+  assert not os.path.exists(root / "no_demos")
+  return out
 
 
 def _params(directory, step=None):
@@ -66,13 +85,12 @@ def test_sft_only_run_writes_the_shared_start(sft_run):
   assert [r["step"] for r in recs if "eval_sampled/success" in r] == [0]
 
 
-def test_init_from_starts_every_method_from_the_same_weights(sft_run, tmp_path):
+def test_init_from_starts_every_method_from_the_same_weights(sft_run, pen_runs):
+  """The CSA run of `pen_runs` (from sft.init_from, no demonstrations directory)."""
   src, summary = sft_run
-  work = str(tmp_path / "rl")
-  cfg = tiny_cfg("twx_coin_csa", 1, tmp_path / "no_demos", f"sft.init_from={src}")
-  out = Trainer(cfg, work).run()
+  work, out, _ = pen_runs["csa"]
   assert out["sft"] == summary["sft"]  # SFT evaluation carried over, not redone
-  assert not os.path.exists(tmp_path / "no_demos")  # no demonstrations were read
+  assert not os.path.exists(os.path.join(os.path.dirname(work), "no_demos"))  # none read
   with open(os.path.join(src, "tokenizer.json")) as a, open(os.path.join(work, "tokenizer.json")) as b:
     assert a.read() == b.read()
   assert _equal(_params(os.path.join(src, "sft")), _params(os.path.join(work, "sft")))
@@ -91,35 +109,34 @@ def _run_and_params(exp, src, work, iterations=2, *extra):
   return trainer, _params(os.path.join(work, "checkpoints"))
 
 
-def test_csa_lam0_equals_grpo_bitwise(sft_run, tmp_path):
+def test_csa_lam0_equals_grpo_bitwise(sft_run, pen_runs):
   """The proposal: lambda = 0 is exactly GRPO. Same seed, same SFT start: the same
   rollouts, advantages, updates and final parameters, bit for bit."""
   src, _ = sft_run
-  # The tiny policy rarely wins; the invalid-action penalty makes returns differ inside
-  # groups, so advantages are non-zero and the updates are real.
-  pen = "algo.invalid_penalty=0.1"
-  _, p_grpo = _run_and_params("twx_coin_grpo", src, str(tmp_path / "grpo"), 2, pen)
-  _, p_csa0 = _run_and_params("twx_coin_csa_lam0", src, str(tmp_path / "csa0"), 2, pen)
+  p_grpo, p_csa0, p_csa = (pen_runs[k][2] for k in ("grpo", "csa0", "csa"))
   assert not _equal(p_grpo["params"], _params(os.path.join(src, "sft")))
   assert _equal(p_grpo["params"], p_csa0["params"])
   keys = ("rollout/success", "rollout/env_steps", "adv/mean", "adv/std", "loss/pg_loss",
           "loss/grad_norm")
-  recs = [[r for r in M.read_jsonl(str(tmp_path / d / "metrics.jsonl")) if "adv/std" in r]
+  recs = [[r for r in M.read_jsonl(os.path.join(pen_runs[d][0], "metrics.jsonl")) if "adv/std" in r]
           for d in ("grpo", "csa0")]
   assert len(recs[0]) == len(recs[1]) > 0
   for a, b in zip(*recs):
     assert [a.get(k) for k in keys] == [b.get(k) for k in keys]
   # And lambda > 0 is not GRPO (the test can tell them apart).
-  _, p_csa = _run_and_params("twx_coin_csa", src, str(tmp_path / "csa"), 2, pen)
   assert not _equal(p_grpo["params"], p_csa["params"])
 
 
-def test_kl_reference_is_the_sft_policy_after_resume(sft_run, tmp_path):
+def test_kl_reference_is_the_sft_policy_after_resume(sft_run, pen_runs, tmp_path):
+  """The GRPO run of `pen_runs` (2 iterations, algo.kl_coef at its default 0.05), copied
+  and resumed to a third iteration."""
   src, _ = sft_run
   work = str(tmp_path / "kl")
-  kl = ("algo.kl_coef=0.05", "algo.invalid_penalty=0.1")
-  _run_and_params("twx_coin_grpo", src, work, 2, *kl)
+  shutil.copytree(pen_runs["grpo"][0], work)
+  kl = ("algo.kl_coef=0.05", PEN)
   cfg = tiny_cfg("twx_coin_grpo", 3, tmp_path, f"sft.init_from={src}", *kl)
+  with open(os.path.join(work, "config.json")) as f:  # the first 2 iterations' KL anchor
+    assert json.load(f)["algo"]["kl_coef"] == cfg.algo.kl_coef == 0.05
   resumed = Trainer(cfg, work, resume=True)
   resumed.run()
   sft = _params(os.path.join(src, "sft"))
@@ -127,6 +144,7 @@ def test_kl_reference_is_the_sft_policy_after_resume(sft_run, tmp_path):
   rl = _params(os.path.join(work, "checkpoints"))["params"]
   assert not _equal(rl, sft)  # the RL weights moved, so the check can fail
   recs = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
+  assert [r["step"] for r in recs if "loss/pg_loss" in r] == [1, 2, 3]
   assert all(np.isfinite(r["loss/kl_ref"]) for r in recs if "loss/pg_loss" in r)
 
 
@@ -281,7 +299,7 @@ def test_perf_metrics_in_every_rl_line_with_overlap(sft_run, tmp_path):
   packed rows (the defaults otherwise): both lines carry every perf/ key."""
   src, _ = sft_run
   _run_and_params("twx_coin_csa", src, str(tmp_path / "overlap"), 2,
-                  "algo.invalid_penalty=0.1", "rollout.overlap=true")
+                  PEN, "rollout.overlap=true", "optim.pack_rows=true")
   recs = _perf_lines(tmp_path / "overlap")
   assert len(recs) == 2
   _check_perf_lines(recs)
@@ -296,7 +314,8 @@ def test_packed_rows_update_like_unpacked_rows(sft_run, tmp_path):
   unpacked one), with no more training-row padding."""
   src, _ = sft_run
   pen = "algo.invalid_penalty=0.1"
-  _, packed = _run_and_params("twx_coin_csa", src, str(tmp_path / "packed"), 1, pen)
+  _, packed = _run_and_params("twx_coin_csa", src, str(tmp_path / "packed"), 1, pen,
+                              "optim.pack_rows=true")
   _, plain = _run_and_params("twx_coin_csa", src, str(tmp_path / "plain"), 1, pen,
                              "optim.pack_rows=false")
   assert not _equal(packed["params"], _params(os.path.join(src, "sft")))
