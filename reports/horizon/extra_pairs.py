@@ -5,6 +5,8 @@ over the seeds both finished, and the gain-ratio clause (CSA's gain over SFT aga
 the best model-based baseline's)."""
 
 import csv
+import json
+import math
 import os
 import statistics
 
@@ -34,7 +36,32 @@ def paired(s, horizon, a, b):
   return seeds, [s[(horizon, a, x)] - s[(horizon, b, x)] for x in seeds]
 
 
+def run_mean(path, key):
+  """A run's per-iteration metric `key` averaged over its iterations (NaN ones skipped)."""
+  vals = [json.loads(line).get(key) for line in open(path)]
+  vals = [v for v in vals if v is not None and not math.isnan(v)]
+  return statistics.mean(vals) if vals else None
+
+
+def credit_pairs(root=os.path.join(os.path.dirname(__file__), "runs")):
+  """Per family, each estimator's decisive AUC and Spearman minus GRPO's, paired by seed."""
+  for fam in sorted(os.listdir(root)):
+    for key in ("credit/decisive_auc", "credit/spearman"):
+      for m in ("csa", "csa_state", "gigpo", "csa_lam1", "dapo", "csa_dapo"):
+        d = []
+        for seed in range(16):
+          a, b = (os.path.join(root, fam, f"{x}_seed{seed}", "metrics.jsonl") for x in (m, "grpo"))
+          if os.path.exists(a) and os.path.exists(b):
+            x, y = run_mean(a, key), run_mean(b, key)
+            if x is not None and y is not None:
+              d.append(x - y)
+        if len(d) >= 2:
+          mean, lo, hi = interval(d)
+          print(f"{fam} {key} {m} - grpo: {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] over {len(d)} seeds")
+
+
 def main():
+  credit_pairs()
   s = load()
   for horizon in sorted({k[0] for k in s}, key=int):
     for a, b in PAIRS:
