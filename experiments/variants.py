@@ -42,7 +42,7 @@ VARIANTS: dict[str, dict] = {
     # The model-based baselines (csa_jax/algorithms/), on GRPO's update and defaults.
     # iStar: an implicit PRM; its episode term is RLOO (`estimator` only names it in logs).
     "istar": GRPO | dict(method="istar", estimator="rloo"),
-    # SPA-RL: its grounding bonus for executed actions takes the invalid penalty's place.
+    # SPA-RL: its grounding term (algo.spa.grounding_mode) takes the invalid penalty's place.
     "spa": GRPO | dict(method="spa", invalid_penalty=0.0),
     # SPA-RL with the paper's literal grounding term, +grounding per executed action: the
     # form that made every coin_doors seed worse (issue 26; reports/spa_grounding/).
