@@ -292,6 +292,7 @@ class Trainer:
     """
     c = self.cfg
     try:
+      self._check_resume_processes()
       with self.stop, EnvPool(c.env.name, dict(c.env.kwargs), c.rollout.num_envs,
                               backend=c.env.pool_backend,
                               step_timeout_s=c.rollout.step_timeout_s) as pool:
@@ -463,14 +464,19 @@ class Trainer:
         to_device=lambda batch: dist.to_device(batch, self.mesh), pad_id=self.tok.pad_id,
         play=play, workdir=self.workdir, ref_params=ref_params, perf=self.perf)
 
-  def _restore(self, state) -> tuple[Any, dict]:
-    # Before any array is read: a checkpoint of another process count is not damage.
+  def _check_resume_processes(self) -> None:
+    """A checkpoint of another process count is refused before anything is built (the
+    environments, the model) or read: it is not damage, and the message says what to do."""
+    if not (self.resume and self.ckpt.latest_step() is not None):
+      return
     wrote = int(self.ckpt.read_meta().get("processes", 1))
     if wrote != dist.process_count():
       raise CheckpointError(
           f"--resume: the checkpoint in {self.ckpt.directory} was written by {wrote} "
           f"process(es) and this run has {dist.process_count()}; resume with {wrote} (each "
           "process plays its own share of the task groups with its own sampler stream)")
+
+  def _restore(self, state) -> tuple[Any, dict]:
     tree, meta = self.ckpt.restore(algorithms.pack_state(state, self.aux))
     state, self.aux = algorithms.unpack_state(tree, self.aux)
     self.env_steps = int(meta["env_steps"])

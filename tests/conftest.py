@@ -46,6 +46,14 @@ def pytest_configure(config):
   if "JAX_COMPILATION_CACHE_DIR" not in os.environ and not hasattr(config, "workerinput"):
     os.environ["JAX_COMPILATION_CACHE_DIR"] = config._jax_cache = tempfile.mkdtemp(
         prefix="csa_jax_test_jax_cache_")
+    # Every program, however small, goes to that cache (JAX's defaults keep only compiles
+    # over 1 s): most of the suite's compile time is hundreds of small programs per test
+    # (eager ops, parameter init, one per shape) that every xdist worker and every
+    # launch.py process the tests start compiled again. A hit costs about 2 ms, a compile
+    # of such a program 30-40 ms (reports/suite_time.md).
+    for var in ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"):
+      os.environ.setdefault(var, "0")
   # One folder per session for what several test files share (tests/tiny_runs.py: the
   # demonstrations, the tiny TWX SFT start), found by the xdist workers through the same
   # inheritance.

@@ -5,6 +5,7 @@ signal saves its progress and, resumed, ends where the uninterrupted SFT ends.""
 
 import json
 import os
+import shutil
 import signal
 
 import jax
@@ -12,12 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import experiments
 import launch
 from csa_jax import metrics as M
 from csa_jax import sft_progress
 from csa_jax.checkpoint import Checkpointer
-from csa_jax.config import apply_overrides
 from csa_jax.signals import Interrupted
 from csa_jax.trainer import Trainer
 from tests import tiny_runs
@@ -25,21 +24,14 @@ from tests import tiny_runs
 REL_TOL = 1e-4  # tests/test_hf_parity.py: fp32 logits within 1e-4 of the logits' scale
 
 
-def tiny_cfg(demos_dir, iterations=1):
-  return apply_overrides(experiments.get_experiment("quickstart_coin"), [
-      f"sft.demos_dir={demos_dir}", "sft.num_demos=6", "sft.epochs=3", "sft.batch_size=16",
-      "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
-      "rollout.max_turns=4", "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6",
-      "algo.minibatch_size=16", "eval.num_episodes=4", f"rl_iterations={iterations}",
-      "checkpoint_every=1", "tokenizer.vocab_size=512", "model.vocab_size=512",
-      "model.max_seq_len=128", "env.kwargs.step_limit=4", "log_every=1"])
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+  """A copy of the session's tiny quickstart_coin run (tests/tiny_runs.py: SFT + 1 RL
+  iteration; the credit study reads the same run): `--eval` writes into the run."""
   root = tmp_path_factory.mktemp("after")
+  src, summary = tiny_runs.quickstart_run()
   work = str(root / "run")
-  summary = Trainer(tiny_cfg(tiny_runs.demos_dir()), work).run()  # the session's demos
+  shutil.copytree(src, work)
   return root, work, summary
 
 
@@ -144,7 +136,7 @@ def test_sft_curve_and_config_provenance(run):
 
 def test_sft_stopped_by_a_signal_saves_its_progress_and_resumes_bit_for_bit(run, tmp_path):
   root, work, _ = run
-  cfg = tiny_cfg(tiny_runs.demos_dir(), iterations=0)
+  cfg = tiny_runs.quickstart_cfg(iterations=0)
   stopped = str(tmp_path / "stopped")
   trainer = Trainer(cfg, stopped)
   trainer.stop.requested = signal.SIGINT  # as if Ctrl-C came during the first batch

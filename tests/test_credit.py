@@ -12,6 +12,7 @@ from flax import nnx
 from csa_jax import credit
 from studies import credit as study
 from studies import credit_report
+from tests import tiny_runs
 
 
 def _tied(rng, n, levels):
@@ -141,11 +142,7 @@ def test_study_estimators_decompose():
 
 def test_credit_command_end_to_end(tmp_path):
   """A tiny SFT + 1 RL iteration run; the study on both checkpoints; re-analysis; report."""
-  from csa_jax.trainer import Trainer
-  from tests.test_trainer import tiny_cfg
-
-  run = str(tmp_path / "run")
-  Trainer(tiny_cfg(1), run).run()  # the session's demonstrations
+  run, _ = tiny_runs.quickstart_run()  # read only: the study writes under --out
   outs = []
   for which in ("sft", "rl"):
     out = str(tmp_path / f"study_{which}")

@@ -9,6 +9,8 @@ time goes to compiles and runs repeated file by file).
   (`sft.init_from`) of tests/test_trainer_rl.py, tests/test_algorithm_runs.py and
   tests/test_resume.py, which each trained the same policy from their own demonstrations
   before.
+- `quickstart_run()`: one tiny quickstart_coin run (SFT + 1 RL iteration) per session,
+  what tests/test_after_training.py's commands and tests/test_credit.py's study read.
 
 `pytest_configure` (tests/conftest.py) makes the session's folder in the main process and
 names it in CSA_TEST_SHARED_DIR, so the xdist workers find the same folder; the first
@@ -73,14 +75,45 @@ def sft_start() -> tuple[str, dict]:
   """(run directory, summary) of the session's SFT-only tiny TWX run, trained here the
   first time any process of the session asks for it. Tests read it, never write it: a
   test that resumes or extends a run copies it first."""
-  root = shared_dir()
-  work = os.path.join(root, "twx_sft")
+  return _shared_run("twx_sft", lambda: twx_cfg(SFT_EXP, 0, demos_dir(), *SFT_SETS))
+
+
+# The session's tiny quickstart_coin run, SFT (3 epochs: a curve of several batches) and one
+# RL iteration: what the after-training commands (tests/test_after_training.py) and the
+# credit study (tests/test_credit.py) read, which each trained the same run before.
+QUICKSTART_SETS = [
+    "sft.num_demos=6", "sft.epochs=3", "sft.batch_size=16", "rollout.tasks_per_iter=2",
+    "rollout.group_size=3", "rollout.num_envs=6", "rollout.max_turns=4",
+    "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6", "algo.minibatch_size=16",
+    "eval.num_episodes=4", "checkpoint_every=1", "tokenizer.vocab_size=512",
+    "model.vocab_size=512", "model.max_seq_len=128", "env.kwargs.step_limit=4", "log_every=1"]
+
+
+def quickstart_cfg(iterations: int = 1):
+  import experiments
+  from csa_jax.config import apply_overrides
+  return apply_overrides(experiments.get_experiment("quickstart_coin"),
+                         [f"sft.demos_dir={demos_dir()}", *QUICKSTART_SETS,
+                          f"rl_iterations={iterations}"])
+
+
+def quickstart_run() -> tuple[str, dict]:
+  """(run directory, summary) of the session's tiny quickstart_coin run (SFT + 1 RL
+  iteration), trained the first time any process asks. Read, never written: a test whose
+  command writes into a run (`--eval` writes eval/step_N.json) works on a copy."""
+  return _shared_run("quickstart_coin", quickstart_cfg)
+
+
+def _shared_run(name: str, make_cfg) -> tuple[str, dict]:
+  """Trains `make_cfg()` in the session's folder under `name` once per session (the first
+  process to ask, under a file lock; the others wait and read)."""
+  work = os.path.join(shared_dir(), name)
   summary_file = work + ".summary.json"
   with _lock(work + ".lock"):
     if not os.path.exists(summary_file):
       from csa_jax.trainer import Trainer
       shutil.rmtree(work, ignore_errors=True)  # a build that failed half-way
-      summary = Trainer(twx_cfg(SFT_EXP, 0, demos_dir(), *SFT_SETS), work).run()
+      summary = Trainer(make_cfg(), work).run()
       with open(summary_file + ".tmp", "w") as f:
         json.dump(summary, f, default=float)
       os.replace(summary_file + ".tmp", summary_file)
