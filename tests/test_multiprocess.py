@@ -26,13 +26,10 @@ from csa_jax.checkpoint import Checkpointer
 from tests import tiny_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["sft.num_demos=6", "sft.epochs=30", "sft.batch_size=16", "rollout.tasks_per_iter=2",
-        "rollout.group_size=3", "rollout.num_envs=4", "rollout.max_turns=4",
-        "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6",
-        "algo.minibatch_size=8", "eval.num_episodes=4", "eval.greedy=true",
-        "eval.sampled=false", "checkpoint_every=1", "tokenizer.vocab_size=512",
-        "model.vocab_size=512", "model.max_seq_len=128", "env.kwargs.step_limit=4",
-        "rl_iterations=2"]
+# The shared tiny TWX run (tests/tiny_runs.py) with 2 environments a process, greedy
+# held-out evaluation only, and the SFT start of the other RL-loop tests (30 epochs).
+TINY = [*tiny_runs.TWX_TINY, "sft.epochs=30", "rollout.num_envs=4", "eval.num_episodes=4",
+        "eval.greedy=true", "eval.sampled=false", "rl_iterations=2"]
 
 
 def test_distributed_primitives_across_two_processes():

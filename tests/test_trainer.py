@@ -16,17 +16,11 @@ from tests import tiny_runs
 
 
 def tiny_cfg(iterations, demos_dir=None):
-  """demos_dir: the session's demonstrations (tests/tiny_runs.py) unless given."""
-  demos_dir = demos_dir or tiny_runs.demos_dir()
-  cfg = experiments.get_experiment("quickstart_coin")
-  return apply_overrides(cfg, [f"sft.demos_dir={demos_dir}",
-      "sft.num_demos=6", "sft.epochs=1", "sft.batch_size=16",
-      "rollout.tasks_per_iter=2", "rollout.group_size=3", "rollout.num_envs=6",
-      "rollout.max_turns=4", "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6",
-      "algo.minibatch_size=16", "eval.num_episodes=6", f"rl_iterations={iterations}",
-      "checkpoint_every=1", "tokenizer.vocab_size=512", "model.vocab_size=512",
-      "model.max_seq_len=128", "env.kwargs.step_limit=4",
-  ])
+  """The shared tiny TWX run (tests/tiny_runs.py) on quickstart_coin, greedy and sampled
+  held-out evaluations of 6 episodes; demos_dir: the session's demonstrations unless
+  given."""
+  return tiny_runs.twx_cfg("quickstart_coin", iterations, demos_dir or tiny_runs.demos_dir(),
+                           "algo.minibatch_size=16", "eval.num_episodes=6", "eval.greedy=true")
 
 
 def test_quickstart_shape_end_to_end_and_resume(tmp_path):

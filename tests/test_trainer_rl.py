@@ -17,7 +17,7 @@ from csa_jax import guard as guard_lib
 from csa_jax import trainer as trainer_lib
 from csa_jax.algorithms import estimator as estimator_lib
 from csa_jax.checkpoint import Checkpointer
-from csa_jax.config import ConfigError, apply_overrides
+from csa_jax.config import ConfigError
 from csa_jax.trainer import Trainer
 from tests import tiny_runs
 

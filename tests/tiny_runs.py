@@ -81,20 +81,13 @@ def sft_start() -> tuple[str, dict]:
 # The session's tiny quickstart_coin run, SFT (3 epochs: a curve of several batches) and one
 # RL iteration: what the after-training commands (tests/test_after_training.py) and the
 # credit study (tests/test_credit.py) read, which each trained the same run before.
-QUICKSTART_SETS = [
-    "sft.num_demos=6", "sft.epochs=3", "sft.batch_size=16", "rollout.tasks_per_iter=2",
-    "rollout.group_size=3", "rollout.num_envs=6", "rollout.max_turns=4",
-    "rollout.max_prompt_tokens=112", "rollout.max_action_tokens=6", "algo.minibatch_size=16",
-    "eval.num_episodes=4", "checkpoint_every=1", "tokenizer.vocab_size=512",
-    "model.vocab_size=512", "model.max_seq_len=128", "env.kwargs.step_limit=4", "log_every=1"]
+# TWX_TINY with its greedy held-out evaluation kept, and larger minibatches.
+QUICKSTART_SETS = ["sft.epochs=3", "algo.minibatch_size=16", "eval.num_episodes=4",
+                   "eval.greedy=true", "log_every=1"]
 
 
 def quickstart_cfg(iterations: int = 1):
-  import experiments
-  from csa_jax.config import apply_overrides
-  return apply_overrides(experiments.get_experiment("quickstart_coin"),
-                         [f"sft.demos_dir={demos_dir()}", *QUICKSTART_SETS,
-                          f"rl_iterations={iterations}"])
+  return twx_cfg("quickstart_coin", iterations, demos_dir(), *QUICKSTART_SETS)
 
 
 def quickstart_run() -> tuple[str, dict]:
