@@ -83,7 +83,7 @@ import threading
 from typing import Sequence
 
 from environments.base import StepInfo, StepResult, TextEnv
-from environments.jvm import safe_process_groups
+from environments.jvm import extra_java_opts, safe_process_groups
 from environments.registry import register_env
 
 _NO_MATCH = "No known action matches that input."
@@ -130,6 +130,7 @@ def _launch(deterministic: bool):
   from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway  # pylint: disable=g-import-not-at-top
   from scienceworld.constants import BASEPATH, JAR_PATH  # pylint: disable=g-import-not-at-top
   opts = ["-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2"] if deterministic else []
+  opts += extra_java_opts("scienceworld")
   safe_process_groups()  # no Python preexec_fn in the forked child (environments/jvm.py)
   port, proc = launch_gateway(
       classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, return_proc=True, javaopts=opts,

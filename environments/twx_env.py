@@ -48,11 +48,10 @@ run to run.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 
 from environments.base import StepInfo, StepResult, TextEnv
-from environments.jvm import safe_process_groups
+from environments.jvm import extra_java_opts, safe_process_groups
 from environments.registry import register_env
 
 GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays",
@@ -138,20 +137,27 @@ class TwxConfig:
     return DEFAULT_GAME_PARAMS[self.game] if self.game_params is None else self.game_params
 
 
+def _launch_gateway_for_twx(*args, javaopts=(), **kwargs):
+  """py4j's `launch_gateway` as the package calls it, with the JVM in its own process group
+  and the options of CSA_JAX_TWX_JAVA_OPTS (environments/jvm.py) after the package's."""
+  from py4j.java_gateway import launch_gateway  # pylint: disable=import-outside-toplevel
+  return launch_gateway(*args, javaopts=[*javaopts, *extra_java_opts("twx")],
+                        **{**kwargs, "create_new_process_group": True})
+
+
 def _own_process_group_for_jvms() -> None:
-  """Starts the package's JVMs in their own process group.
+  """Starts the package's JVMs in their own process group (and with the session's extra
+  JVM options).
 
   Ctrl-C in a terminal sends SIGINT to the whole foreground group; the trainer turns it
   into "save after this iteration", which needs the engines alive until then. The package
-  offers no option, so its module-level `launch_gateway` is wrapped (idempotent), and the
+  offers no option, so its module-level `launch_gateway` is replaced (idempotent), and the
   group is made without a Python preexec_fn (environments/jvm.py: one hung a test run). The
   JVM still dies with this process (die_on_exit: it exits when its stdin pipe closes).
   """
   from textworld_express import textworld_express as twx_mod  # pylint: disable=import-outside-toplevel
   safe_process_groups()
-  if not isinstance(twx_mod.launch_gateway, functools.partial):
-    twx_mod.launch_gateway = functools.partial(twx_mod.launch_gateway,
-                                               create_new_process_group=True)
+  twx_mod.launch_gateway = _launch_gateway_for_twx
 
 
 @register_env("twx", engines=("textworld-express",))

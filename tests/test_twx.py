@@ -225,3 +225,21 @@ def test_the_jvm_gets_its_own_session_without_python_in_the_forked_child(monkeyp
     env.close()
   assert len(popen_kwargs) == 1
   assert "preexec_fn" not in popen_kwargs[0] and popen_kwargs[0]["start_new_session"]
+
+
+def test_extra_java_options_reach_the_engine_jvm(monkeypatch):
+  """Catches CSA_JAX_TWX_JAVA_OPTS not reaching the JVM, replacing the package's own
+  options, or the JVM left in the terminal's process group (where Ctrl-C would kill it)."""
+  import os  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv("CSA_JAX_TWX_JAVA_OPTS", "-Dcsa_jax_probe=1 -XX:+UseSerialGC")
+  env = make_env("twx", game="coin", step_limit=4)
+  try:
+    proc = env._env._gateway.java_process
+    with open(f"/proc/{proc.pid}/cmdline") as f:
+      argv = f.read().split("\0")
+    assert "-Dcsa_jax_probe=1" in argv and "-XX:+UseSerialGC" in argv, argv
+    assert "-Xverify:none" in argv, argv  # the package's option is kept
+    assert os.getpgid(proc.pid) != os.getpgrp()
+    assert env.reset("train", 0).observation
+  finally:
+    env.close()
