@@ -124,3 +124,22 @@ def credit_table(advs: dict[str, np.ndarray], oracle_BxGxT: np.ndarray,
       lo, hi = percentile_ci(diffs)
       row.update(delta_vs_grpo=row["value"] - point_ref[row["metric"]], delta_lo=lo, delta_hi=hi)
   return rows
+
+
+def invalid_step_credit(adv_BxGxT: np.ndarray, invalid_BxGxT: np.ndarray,
+                        mask_BxGxT: np.ndarray, won_BxG: np.ndarray) -> dict[str, float]:
+  """How an estimator treats the steps the environment rejected, by the episode's outcome:
+  for "failed", "won" and "all" episodes, the number of invalid steps (`n_*`), their mean
+  advantage (`mean_*`, NaN when there are none) and the fraction with a positive advantage
+  (`pos_*`). An estimator that raises the probability of rejected actions shows it here,
+  whatever its accuracy on the labelled steps."""
+  adv = np.asarray(adv_BxGxT, np.float64)
+  sel = np.asarray(mask_BxGxT, bool) & np.asarray(invalid_BxGxT, bool)
+  won = np.broadcast_to(np.asarray(won_BxG, bool)[..., None], sel.shape)
+  out = {}
+  for name, part in (("failed", sel & ~won), ("won", sel & won), ("all", sel)):
+    a = adv[part]
+    out[f"n_{name}"] = float(a.size)
+    out[f"mean_{name}"] = float(a.mean()) if a.size else float("nan")
+    out[f"pos_{name}"] = float((a > 0).mean()) if a.size else float("nan")
+  return out

@@ -170,6 +170,30 @@ def test_credit_command_end_to_end(tmp_path):
   for f in ("summary.csv", "metrics_G8.png", "vs_G.png", "runs/study_rl/meta.json"):
     assert os.path.exists(tmp_path / "reports" / "credit_test" / f)
   _check_entropy_by_position(run)
+  _check_invalid_credit(outs[0], tmp_path)
+
+
+def _check_invalid_credit(out, tmp_path):
+  """studies.invalid_credit on the collected rollouts: one row per estimator, the invalid
+  steps counted from the saved arrays, GRPO's difference to itself exactly 0, each
+  difference inside its bootstrap interval."""
+  import csv
+
+  from studies import invalid_credit
+  assert invalid_credit.main([out, "--name", "inv", "--reports-dir", str(tmp_path)]) == 0
+  with open(tmp_path / "inv" / "invalid_steps.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert [r["estimator"] for r in rows] == [*study.ESTIMATORS, "csa_state", "csa_state_step"]
+  with np.load(os.path.join(out, "rollouts.npz")) as z:
+    sel = z["mask_BxGxT"] & z["invalid_BxGxT"]
+    won = z["rewards_BxG"] > 0
+  for r in rows:
+    assert float(r["n_all"]) == sel.sum()
+    assert float(r["n_failed"]) == (sel & ~won[..., None]).sum()
+    if sel.any():
+      assert float(r["diff_lo"]) - 1e-9 <= float(r["diff_vs_grpo"]) <= float(r["diff_hi"]) + 1e-9
+  grpo = rows[0]
+  assert (grpo["diff_vs_grpo"], grpo["diff_lo"], grpo["diff_hi"]) == ("0", "0", "0")
 
 
 def _check_entropy_by_position(run):
@@ -195,3 +219,23 @@ def _check_entropy_by_position(run):
   lines = out.getvalue().splitlines()
   assert "4 episodes" in lines[0]
   assert [ln.split()[0] for ln in lines[1:]] == ["sft", "rl"] and all("pos 0:" in ln for ln in lines[1:])
+
+
+def test_invalid_step_credit_counts_the_rejected_steps_by_outcome():
+  """Catches the invalid flag, the padding mask or the outcome split read wrongly: checked
+  against a loop over the steps."""
+  from csa_jax.credit import invalid_step_credit
+  rng = np.random.default_rng(3)
+  adv = rng.normal(size=(5, 4, 6))
+  mask = rng.random((5, 4, 6)) < 0.8
+  invalid = rng.random((5, 4, 6)) < 0.3
+  won = rng.random((5, 4)) < 0.5
+  got = invalid_step_credit(adv, invalid, mask, won)
+  for name, keep in (("failed", lambda w: not w), ("won", lambda w: w), ("all", lambda w: True)):
+    vals = [adv[b, g, t] for b in range(5) for g in range(4) for t in range(6)
+            if mask[b, g, t] and invalid[b, g, t] and keep(won[b, g])]
+    assert got[f"n_{name}"] == len(vals) > 0
+    assert got[f"mean_{name}"] == pytest.approx(np.mean(vals), rel=1e-12)
+    assert got[f"pos_{name}"] == np.mean([v > 0 for v in vals])
+  empty = invalid_step_credit(adv, np.zeros_like(invalid), mask, won)
+  assert empty["n_all"] == 0 and np.isnan(empty["mean_all"]) and np.isnan(empty["pos_all"])
