@@ -211,12 +211,14 @@ def check_steps(mask_BxGxT, **arrays):
 
 
 @functools.partial(jax.jit, static_argnames=("ddof",))
-def csa_components(rewards_BxG, logp_BxGxT, mask_BxGxT, *, eps=1e-6, ddof=1):
+def csa_components(rewards_BxG, logp_BxGxT, mask_BxGxT, *, eps=1e-6, ddof=1,
+                   step_mask_BxGxT=None):
   """The two parts of CSA: (A_E [B, G], A_S [B, G, T]); A = A_E + lam * A_S.
 
   A_E is GRPO over the rollouts with at least one active step. At each step t, over the
   rollouts j active at t: dev = logp - mean_j logp, l = A_E * dev, A_S = standardised l
   (0 where fewer than max(2, ddof + 1) rollouts are active or l has no spread).
+  `step_mask_BxGxT` (default all) narrows the steps A_S compares and credits (0 off it).
   """
   mask_BxGxT = as_mask(mask_BxGxT)
   logp_BxGxT = f32(logp_BxGxT)
@@ -227,6 +229,8 @@ def csa_components(rewards_BxG, logp_BxGxT, mask_BxGxT, *, eps=1e-6, ddof=1):
   _check_ddof(ddof)
   adv_e_BxG = episode_advantages(rewards_BxG, valid_BxG=mask_BxGxT.any(-1), eps=eps,
                                  ddof=ddof)
+  if step_mask_BxGxT is not None:
+    mask_BxGxT = mask_BxGxT & as_mask(step_mask_BxGxT)
   # dev / s_t, centred over the rollouts active at each step (axis G). The tie guard
   # makes dev exactly 0 where the log-probs tie: otherwise float32 rounding of the
   # mean would leave ulp-sized l, which the standardisation would blow up.
@@ -271,6 +275,19 @@ def csa_advantages(rewards_BxG, logp_BxGxT, mask_BxGxT, *, lam=0.5, eps=1e-6, dd
   """
   adv_e_BxG, adv_s_BxGxT = csa_components(rewards_BxG, logp_BxGxT, mask_BxGxT, eps=eps,
                                           ddof=ddof)
+  mask_BxGxT = as_mask(mask_BxGxT)
+  return jnp.where(mask_BxGxT, adv_e_BxG[..., None] + lam * adv_s_BxGxT, 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("ddof",))
+def csa_valid_advantages(rewards_BxG, logp_BxGxT, mask_BxGxT, invalid_BxGxT, *, lam=0.5,
+                         eps=1e-6, ddof=1):
+  """CSA whose step term compares and credits only the actions the environment accepted:
+  `l = A_E * dev` raises any unlikely action of a failed rollout, typically a rejected one
+  (reports/invalid_credit). A rejected step keeps A_E alone; no rejection: CSA (to 1 ulp)."""
+  adv_e_BxG, adv_s_BxGxT = csa_components(rewards_BxG, logp_BxGxT, mask_BxGxT, eps=eps,
+                                          ddof=ddof,
+                                          step_mask_BxGxT=~as_mask(invalid_BxGxT))
   mask_BxGxT = as_mask(mask_BxGxT)
   return jnp.where(mask_BxGxT, adv_e_BxG[..., None] + lam * adv_s_BxGxT, 0.0)
 
@@ -510,7 +527,7 @@ def csa_state_advantages(rewards_BxG, logp_BxGxT, mask_BxGxT, state_id_BxGxT, *,
 # ------------------------------------------------------------------------------------
 
 _INPUTS = ("rewards_BxG", "logp_BxGxT", "mask_BxGxT", "step_rewards_BxGxT",
-           "state_id_BxGxT")
+           "state_id_BxGxT", "invalid_BxGxT")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -591,6 +608,9 @@ register_estimator(Estimator("rloo", _rloo, ("rewards_BxG", "mask_BxGxT"), ()))
 register_estimator(Estimator("csa", csa_advantages,
                              ("rewards_BxG", "logp_BxGxT", "mask_BxGxT"),
                              ("lam", "eps", "ddof")))
+register_estimator(Estimator("csa_valid", csa_valid_advantages,
+                             ("rewards_BxG", "logp_BxGxT", "mask_BxGxT", "invalid_BxGxT"),
+                             ("lam", "eps", "ddof")))
 register_estimator(Estimator("csa_state", csa_state_advantages,
                              ("rewards_BxG", "logp_BxGxT", "mask_BxGxT", "state_id_BxGxT"),
                              ("lam", "eps", "ddof")))
@@ -615,6 +635,7 @@ def get_estimator(name: str) -> Estimator:
     dr_grpo:   rewards, mask; none.
     rloo:      rewards, mask; none.
     csa:       rewards, logp, mask; lam=0.5, eps=1e-6, ddof=1.
+    csa_valid: rewards, logp, mask, invalid; lam=0.5, eps=1e-6, ddof=1.
     csa_state: rewards, logp, mask, state_id; lam=0.5, eps=1e-6, ddof=1.
     gigpo:     step_rewards, mask, state_id; gamma=0.95, w=1.0, std_normalize=True,
                eps=1e-6, ddof=1.

@@ -32,6 +32,9 @@ VARIANTS: dict[str, dict] = {
     # CSA whose step term compares steps taken in the same anchor state (GiGPO's step
     # groups), not at the same step index: csa_jax/advantages.py, csa_state_advantages.
     "csa_state": GRPO | dict(estimator="csa_state", lam=0.5),
+    # CSA whose step term leaves out the actions the environment rejected
+    # (reports/invalid_credit): csa_jax/advantages.py, csa_valid_advantages.
+    "csa_valid": GRPO | dict(estimator="csa_valid", lam=0.5),
     "csa_lam0": GRPO | dict(estimator="csa", lam=0.0),
     "csa_lam1": GRPO | dict(estimator="csa", lam=1.0),
     "csa_gigpo": GRPO | dict(estimator="csa_gigpo", lam=0.5),

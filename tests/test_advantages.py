@@ -257,9 +257,10 @@ def test_every_estimator_masked_zero_and_finite(inputs, name):
   step_rewards = np.zeros(mask.shape)
   step_rewards[..., -1] = rewards
   state_id = (np.abs(logp) * 2).astype(np.int32)  # few distinct states, many ties
+  invalid = (np.abs(logp) * 10).astype(np.int32) % 3 == 0  # some rejected, padding too
   got = np.asarray(adv_lib.get_estimator(name)(
       rewards_BxG=rewards, logp_BxGxT=logp, mask_BxGxT=mask,
-      step_rewards_BxGxT=step_rewards, state_id_BxGxT=state_id))
+      step_rewards_BxGxT=step_rewards, state_id_BxGxT=state_id, invalid_BxGxT=invalid))
   assert got.shape == mask.shape
   assert np.all(np.isfinite(got))
   np.testing.assert_array_equal(got[~mask], 0.0)
@@ -696,3 +697,77 @@ def test_csa_state_registered_with_the_uniform_signature():
             step_rewards_BxGxT=np.zeros(mask.shape), lam=0.25)
   np.testing.assert_allclose(got, ref_csa_state(rewards, logp, mask, state_id, lam=0.25),
                              atol=ATOL, rtol=RTOL)
+
+
+# ----------------------------------------------------------------------------------
+# csa_valid: CSA's step term over the accepted actions only.
+
+
+def ref_csa_valid(rewards, logp, mask, invalid, lam=0.5, eps=1e-6, ddof=1):
+  """Loops: A_E over the rollouts with an active step; at each step t the comparison set
+  is the rollouts active at t whose action was accepted; a rejected step gets A_E alone."""
+  B, G, T = mask.shape
+  a_e = ref_episode(rewards, mask.any(-1), eps, ddof)
+  out = np.where(mask, a_e[..., None], 0.0)
+  for b in range(B):
+    for t in range(T):
+      act = [i for i in range(G) if mask[b, i, t] and not invalid[b, i, t]]
+      if not act:
+        continue
+      mean_lp = sum(logp[b, i, t] for i in act) / len(act)
+      ls = [a_e[b, i] * (logp[b, i, t] - mean_lp) for i in act]
+      atol = L_TIE_ATOL * max(abs(a_e[b, i]) for i in act) * max(abs(logp[b, i, t]) for i in act)
+      for i, s in zip(act, ref_standardize(ls, eps, ddof, atol=atol)):
+        out[b, i, t] = a_e[b, i] + lam * s
+  return out
+
+
+@pytest.mark.parametrize("lam,ddof", [(0.5, 1), (1.0, 0)])
+def test_csa_valid_matches_reference_and_is_csa_without_rejections(jit_mode, lam, ddof):
+  """Catches a rejected step left in its step's comparison set or given a step term, the
+  invalid flag inverted, or A_E taken over the accepted steps' rollouts only."""
+  rng = np.random.default_rng(61 + ddof)
+  mask = random_mask(rng, 5, 6, 7)
+  rewards = rng.integers(0, 2, size=mask.shape[:2]).astype(float)
+  logp = -rng.gamma(2.0, 2.0, size=mask.shape)
+  invalid = rng.random(mask.shape) < 0.3
+  invalid[0, 0] = mask[0, 0]  # a rollout whose every action was rejected still has its A_E
+  got = np.asarray(adv_lib.csa_valid_advantages(rewards, logp, mask, invalid, lam=lam,
+                                                ddof=ddof))
+  np.testing.assert_allclose(got, ref_csa_valid(rewards, logp, mask, invalid, lam=lam,
+                                                ddof=ddof), atol=ATOL, rtol=RTOL)
+  a_e = ref_episode(rewards, mask.any(-1), 1e-6, ddof)
+  sel = mask & invalid
+  np.testing.assert_allclose(got[sel], np.broadcast_to(a_e[..., None], mask.shape)[sel],
+                             atol=ATOL, rtol=RTOL)
+  none = np.asarray(adv_lib.csa_valid_advantages(rewards, logp, mask, np.zeros_like(mask),
+                                                 lam=lam, ddof=ddof))
+  # No rejection: CSA's arithmetic, compiled as another program (XLA fuses the extra mask
+  # differently: under jit a few values differ by 1-3 ulp at the advantages' unit scale,
+  # none without jit).
+  np.testing.assert_allclose(none, np.asarray(adv_lib.csa_advantages(
+      rewards, logp, mask, lam=lam, ddof=ddof)), rtol=1e-6, atol=1e-6)
+
+
+def test_csa_valid_reaches_compute_advantages_with_the_rollouts_invalid_flags():
+  """Catches the trainer's path (algorithms/estimator.py) not passing the rollouts'
+  invalid flags to an estimator that needs them."""
+  from csa_jax.algorithms.estimator import compute_advantages
+  from csa_jax.config import AlgoConfig, RolloutConfig
+  from csa_jax.rollout import GroupArrays
+  rng = np.random.default_rng(70)
+  mask = random_mask(rng, 3, 4, 5, holes=False)
+  invalid = (rng.random(mask.shape) < 0.3) & mask
+  arrays = GroupArrays(
+      rewards_BxG=rng.integers(0, 2, size=(3, 4)).astype(np.float32),
+      logp_BxGxT=(-rng.gamma(2.0, 2.0, size=mask.shape)).astype(np.float32), mask_BxGxT=mask,
+      step_rewards_BxGxT=np.zeros(mask.shape, np.float32),
+      state_id_BxGxT=np.zeros(mask.shape, np.int32),
+      oracle_BxGxT=np.full(mask.shape, np.nan, np.float32),
+      action_len_BxGxT=np.ones(mask.shape, np.int32), invalid_BxGxT=invalid)
+  algo = AlgoConfig(estimator="csa_valid", lam=0.5, invalid_penalty=0.0)
+  got = compute_advantages(arrays, algo, RolloutConfig())
+  want = ref_csa_valid(arrays.rewards_BxG.astype(float), arrays.logp_BxGxT.astype(float),
+                       mask, invalid)
+  np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL)
+  assert adv_lib.get_estimator("csa_valid").requires[-1] == "invalid_BxGxT"

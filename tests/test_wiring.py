@@ -272,10 +272,13 @@ def _adv_arrays():
   step_r = np.zeros((B, G, T), np.float32)
   step_r[np.arange(B)[:, None], np.arange(G)[None], lens - 1] = won
   step_r += np.where(mask, rng.normal(scale=0.3, size=(B, G, T)), 0).astype(np.float32)
-  return GroupArrays(won, np.where(mask, -rng.random((B, G, T)) * 3, 0).astype(np.float32),
-                     mask, step_r, rng.integers(0, 3, (B, G, T)).astype(np.int32),
-                     np.full((B, G, T), np.nan, np.float32),
-                     np.where(mask, 3, 0).astype(np.int32), np.zeros((B, G, T), bool))
+  logp = np.where(mask, -rng.random((B, G, T)) * 3, 0).astype(np.float32)
+  state_id = rng.integers(0, 3, (B, G, T)).astype(np.int32)
+  # Some rejected actions, so that csa_valid (which leaves them out of its step term)
+  # differs from csa here.
+  invalid = mask & (rng.random((B, G, T)) < 0.25)
+  return GroupArrays(won, logp, mask, step_r, state_id, np.full((B, G, T), np.nan, np.float32),
+                     np.where(mask, 3, 0).astype(np.int32), invalid)
 
 
 # A second value for each knob, far enough from the default to move the advantages.
@@ -298,7 +301,7 @@ def test_compute_advantages_forwards_each_estimator_knob(name, knob):
   hp = {k: getattr(algo, k) for k in est.hparams}
   inputs = dict(rewards_BxG=arrays.rewards_BxG, logp_BxGxT=arrays.logp_BxGxT,
                 mask_BxGxT=arrays.mask_BxGxT, step_rewards_BxGxT=arrays.step_rewards_BxGxT,
-                state_id_BxGxT=arrays.state_id_BxGxT)
+                state_id_BxGxT=arrays.state_id_BxGxT, invalid_BxGxT=arrays.invalid_BxGxT)
   want = np.asarray(est(**inputs, **hp))
   default = np.asarray(est(**inputs, **(hp | {knob: getattr(AlgoConfig(), knob)})))
   assert np.abs(want - default).max() > 1e-3  # the knob matters on these inputs
@@ -308,7 +311,7 @@ def test_compute_advantages_forwards_each_estimator_knob(name, knob):
 
 def test_every_estimator_is_reachable_and_they_differ():
   """Catches `algo.estimator` not reaching `compute_advantages` (every name giving one
-  estimator's advantages): the six estimators give six different results here."""
+  estimator's advantages): every registered estimator gives a different result here."""
   arrays, roll = _adv_arrays(), RolloutConfig(max_turns=5)
   outs = {n: estimator_lib.compute_advantages(arrays, AlgoConfig(estimator=n), roll)
           for n in adv_lib.list_estimators()}

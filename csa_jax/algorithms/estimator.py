@@ -73,7 +73,8 @@ def compute_advantages(arrays: rollout_lib.GroupArrays, algo, rollout) -> np.nda
   adv = est(rewards_BxG=jnp.asarray(rewards), logp_BxGxT=jnp.asarray(arrays.logp_BxGxT),
             mask_BxGxT=jnp.asarray(arrays.mask_BxGxT),
             step_rewards_BxGxT=jnp.asarray(step_rewards),
-            state_id_BxGxT=jnp.asarray(arrays.state_id_BxGxT), **hp)
+            state_id_BxGxT=jnp.asarray(arrays.state_id_BxGxT),
+            invalid_BxGxT=jnp.asarray(arrays.invalid_BxGxT), **hp)
   return np.asarray(adv)
 
 
