@@ -279,22 +279,34 @@ def _same(a, b) -> bool:
   return type(a) is type(b) and a == b
 
 
-def differences(want: dict, got: dict) -> list[str]:
-  out = []
-  for section in ("sft_params", "rl_state"):
-    w, g = want[section], got[section]
-    if w.keys() != g.keys():
-      out.append(f"{section}: leaves differ: missing {sorted(w.keys() - g.keys())}, "
-                 f"new {sorted(g.keys() - w.keys())}")
-    for k in sorted(w.keys() & g.keys()):
-      if not _same(w[k], g[k]):
-        out.append(f"{section}{k}: want {w[k]}, got {g[k]}")
-  for section in ("tokenizer_sha256", "rl_param_values", "checkpoint_meta", "summary"):
+def _common_leaves(section: str, w: dict, g: dict, out: list[str]) -> list[str]:
+  """The leaf names both records hold; a leaf only one holds is a difference."""
+  if w.keys() != g.keys():
+    out.append(f"{section}: leaves differ: missing {sorted(w.keys() - g.keys())}, "
+               f"new {sorted(g.keys() - w.keys())}")
+  return sorted(w.keys() & g.keys())
+
+
+def _exact_sections(sections, want: dict, got: dict, out: list[str]) -> tuple[list, list]:
+  """Compares `sections` exactly and the metrics' line counts; returns both metric lists."""
+  for section in sections:
     if not _same(want[section], got[section]):
       out.append(f"{section}: want {want[section]}, got {got[section]}")
   wm, gm = want["metrics"], got["metrics"]
   if len(wm) != len(gm):
     out.append(f"metrics.jsonl: {len(wm)} lines wanted, {len(gm)} written")
+  return wm, gm
+
+
+def differences(want: dict, got: dict) -> list[str]:
+  out = []
+  for section in ("sft_params", "rl_state"):
+    w, g = want[section], got[section]
+    for k in _common_leaves(section, w, g, out):
+      if not _same(w[k], g[k]):
+        out.append(f"{section}{k}: want {w[k]}, got {g[k]}")
+  wm, gm = _exact_sections(("tokenizer_sha256", "rl_param_values", "checkpoint_meta",
+                             "summary"), want, got, out)
   for i, (w, g) in enumerate(zip(wm, gm)):
     for k in sorted(w.keys() | g.keys()):
       if not _same(w.get(k, "<absent>"), g.get(k, "<absent>")):
@@ -347,10 +359,7 @@ def near_differences(want: dict, got: dict, bounds=NEAR_BOUNDS) -> tuple[list[st
   out, worst = [], dict.fromkeys(bounds, 0.0)
   for section in ("sft_params", "rl_state"):
     w, g = want[section], got[section]
-    if w.keys() != g.keys():
-      out.append(f"{section}: leaves differ: missing {sorted(w.keys() - g.keys())}, "
-                 f"new {sorted(g.keys() - w.keys())}")
-    for k in sorted(w.keys() & g.keys()):
+    for k in _common_leaves(section, w, g, out):
       a, b = w[k], g[k]
       if (a["shape"], a["dtype"]) != (b["shape"], b["dtype"]):
         out.append(f"{section}{k}: shape/dtype {a['shape']} {a['dtype']} -> {b['shape']} {b['dtype']}")
@@ -372,12 +381,7 @@ def near_differences(want: dict, got: dict, bounds=NEAR_BOUNDS) -> tuple[list[st
     worst["values"] = err
     if err > bounds["values"]:
       out.append(f"rl_param_values: largest error {err:.2e} > {bounds['values']:g}")
-  for section in ("tokenizer_sha256", "checkpoint_meta", "summary"):
-    if not _same(want[section], got[section]):
-      out.append(f"{section}: want {want[section]}, got {got[section]} (exact)")
-  wm, gm = want["metrics"], got["metrics"]
-  if len(wm) != len(gm):
-    out.append(f"metrics.jsonl: {len(wm)} lines wanted, {len(gm)} written")
+  wm, gm = _exact_sections(("tokenizer_sha256", "checkpoint_meta", "summary"), want, got, out)
   for i, (w, g) in enumerate(zip(wm, gm)):
     if w.keys() != g.keys():
       out.append(f"metrics line {i}: keys differ: missing {sorted(w.keys() - g.keys())}, "
