@@ -100,6 +100,11 @@ def test_observations_match_the_raw_engine(envs, game):
   raw = _raw_engine(game)
   try:
     seeds = {"train": raw.getValidSeedsTrain(), "dev": raw.getValidSeedsDev()}
+    # The adapter reads each fold's seeds in one call (their string); the package's own
+    # element-by-element copy is the reference (catches a misparsed or unsorted list).
+    test_fold = raw.getValidSeedsTest()
+    for split, want in (*seeds.items(), ("test", test_fold)):
+      assert [env.seed_of(split, i) for i in range(env.num_tasks(split))] == sorted(want)
     rng = random.Random(7)
     for split, index in (("train", 4), ("dev", 9)):
       r = env.reset(split, index)
