@@ -54,11 +54,21 @@ import sys
 import time
 
 from environments import alfworld_distance as dist
-from environments import alfworld_gen as gen
 from environments.base import StepInfo, StepResult, TextEnv
 from environments.registry import register_env
 
 _UNKNOWN = object()  # plan not computed for this state
+
+# alfworld_gen.SPLITS, repeated so that importing this module (every process imports the
+# registry) does not import alfworld_gen (tests/test_alfworld.py checks they agree).
+SPLITS = ("train", "eval_seen", "eval_unseen")
+
+
+def _gen():
+  """environments.alfworld_gen, imported on first use: it imports textworld's game
+  generator, about 0.5-1 s of CPU, which a process that plays no ALFWorld game never needs."""
+  from environments import alfworld_gen  # pylint: disable=import-outside-toplevel
+  return alfworld_gen
 
 
 def state_anchor(key: frozenset[str]) -> str:
@@ -69,7 +79,7 @@ def state_anchor(key: frozenset[str]) -> str:
 class AlfworldEnv(TextEnv):
   """ALFWorld's six task types through the official engine and wrappers."""
 
-  splits = gen.SPLITS
+  splits = SPLITS
 
   def __init__(self, source: str = "generated", num_train: int | None = None,
                num_eval: int | None = None, seed: int = 0, step_limit: int = 50,
@@ -93,6 +103,7 @@ class AlfworldEnv(TextEnv):
     for name, n in (("num_train", num_train), ("num_eval", num_eval), ("step_limit", step_limit)):
       if n is not None and (not isinstance(n, int) or n < 1):
         raise ValueError(f"{name} must be a positive int, got {n!r}")
+    gen = _gen()
     if source == "generated":
       counts = {"train": num_train or 1000, "eval_seen": num_eval or 140, "eval_unseen": num_eval or 140}
       self.tasks = gen.GeneratedTasks(seed, counts, cache_dir)
@@ -250,12 +261,13 @@ if __name__ != "__main__":  # under `python -m`, the package import has register
 def main(argv=None) -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--generate", type=int, required=True, help="games to generate (indices 0..N-1)")
-  p.add_argument("--split", default="train", choices=gen.SPLITS)
+  p.add_argument("--split", default="train", choices=SPLITS)
   p.add_argument("--start", type=int, default=0)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--cache-dir", default=None)
   args = p.parse_args(argv)
-  tasks = gen.GeneratedTasks(args.seed, {s: args.start + args.generate for s in gen.SPLITS},
+  gen = _gen()
+  tasks = gen.GeneratedTasks(args.seed, {s: args.start + args.generate for s in SPLITS},
                              args.cache_dir)
   engine = gen.Engine()
   times = []

@@ -16,9 +16,16 @@ import textwrap
 import pytest
 
 from environments import make_env
+from environments import alfworld_env
 from environments import alfworld_gen as gen
 
 SPLITS = ("train", "eval_seen", "eval_unseen")
+
+
+def test_the_env_module_and_the_generator_name_the_same_splits():
+  # alfworld_env repeats them so that importing it does not import the generator.
+  assert alfworld_env.SPLITS == gen.SPLITS == SPLITS
+  assert alfworld_env.AlfworldEnv.splits == SPLITS
 # One task per split, four task types: simple, look_at_obj_in_light, clean, heat.
 SAMPLE = (("train", 0), ("train", 1), ("eval_seen", 2), ("eval_unseen", 3))
 # And cool and pick_two (index % 6 is the type): each of the six task types once.

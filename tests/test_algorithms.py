@@ -380,10 +380,10 @@ def test_istar_prepare_matches_row_by_row_and_takes_one_prm_step():
     s, n = istar.prm_pair_loss(r_of(p), jnp.asarray(arrays.mask_BxGxT), jnp.asarray(won > 0))
     return s / n
 
-  r_direct = np.asarray(r_of(prm0.params))
+  r_direct = np.asarray(jax.jit(r_of)(prm0.params))  # eagerly: a program per operation
   want_loss, want_grads = jax.jit(jax.value_and_grad(mean_loss))(prm0.params)
   tx = base.aux_optimizer(cfg.algo.istar.learning_rate, cfg.algo.istar.grad_clip)
-  want_prm, _ = ts.apply_update(tx, prm0, want_loss, want_grads, {})
+  want_prm, _ = jax.jit(ts.apply_update, static_argnums=0)(tx, prm0, want_loss, want_grads, {})
 
   prep = algo.prepare(ctx, 0, gb, params, aux)
   assert prep.metrics["istar/pairs"] == 2 + 2  # group 0: 1 x 2, group 2: 2 x 1
@@ -451,29 +451,31 @@ def test_spa_estimator_learns_and_progress_matches_row_by_row(tmp_path):
   est, last_epoch = algo.train_estimator(ctx, copy(aux["estimator"]), episodes)
   assert len(last_epoch) == 3  # 8 episodes of <= 3 rows in batches of 7 rows
 
-  def loss(params):  # over all episodes, in the packed layout the training uses
-    units = [[(0, row) for row in ep["rows"]] for ep in episodes]
-    (idx, batch), = base.pack(units, rows_per_batch=32, units_per_batch=8,
-                              seq_len=PROMPT + 2 + ACT, action_len=ACT, pad_id=0)
-    batch = ctx.to_device(batch)
-    c_UxT, m_UxT = spa._scatter(batch, spa.progress(ctx.graphdef, params, batch), 8, 3)
-    won = jnp.asarray([float(ep["won"]) for ep in episodes])
-    return float(spa.progress_loss(c_UxT, m_UxT, won, m_UxT.any(-1)))
+  units = [[(0, row) for row in ep["rows"]] for ep in episodes]
+  (idx, batch), = base.pack(units, rows_per_batch=32, units_per_batch=8,
+                            seq_len=PROMPT + 2 + ACT, action_len=ACT, pad_id=0)
+  batch = ctx.to_device(batch)
+  won = jnp.asarray([float(ep["won"]) for ep in episodes])
 
-  assert loss(aux["estimator"].params) == 0.5  # c = 0 at the start; half the episodes won
-  assert loss(est.params) < 0.1
+  @jax.jit  # one program (eagerly, every operation of the model compiles on its own)
+  def loss(params):  # over all episodes, in the packed layout the training uses
+    c_UxT, m_UxT = spa._scatter(batch, spa.progress(ctx.graphdef, params, batch), 8, 3)
+    return spa.progress_loss(c_UxT, m_UxT, won, m_UxT.any(-1))
+
+  assert float(loss(aux["estimator"].params)) == 0.5  # c = 0 at the start; half won
+  assert float(loss(est.params)) < 0.1
 
   trajs = _trajs(cfg, rng, np.zeros((3, 3)))
   c = algo.progress_BxGxT(ctx, est.params, groups.from_episodes(trajs, 3, 3))
-  model = nnx.merge(ctx.graphdef, est.params["body"])
   head = est.params["head"]
+  last_hidden = jax.jit(lambda body, x: nnx.merge(ctx.graphdef, body).hidden_states(x)[0, -1])
   for k, tr in enumerate(trajs):
     b, g = divmod(k, 3)
     for t, st in enumerate(tr.steps):
       seq = st.prompt_ids + st.action_ids
-      h = model.hidden_states(jnp.asarray([seq[:-1]]))[0, -1]
-      np.testing.assert_allclose(c[b, g, t], float(h @ head["w"] + head["b"]), rtol=1e-4,
-                                 atol=1e-5)
+      h = np.asarray(last_hidden(est.params["body"], jnp.asarray([seq[:-1]])), np.float64)
+      want = h @ np.asarray(head["w"], np.float64) + np.asarray(head["b"], np.float64)
+      np.testing.assert_allclose(c[b, g, t], float(np.squeeze(want)), rtol=1e-4, atol=1e-5)
     assert (c[b, g, len(tr.steps):] == 0).all()
 
 

@@ -27,6 +27,11 @@ def _pair(**overrides):
           Decoder(cfg.replace(scan_layers=True), rngs=nnx.Rngs(3)))
 
 
+# Forwards and gradients run compiled (as the trainer runs them): eagerly, each operation
+# of the model compiles on its own, hundreds of small programs a test.
+_forward = nnx.jit(lambda model, tokens, mask: model(tokens, attention_mask_BxT=mask))
+
+
 def _batch(b=3, t=12, seed=0):
   rng = np.random.default_rng(seed)
   tokens = rng.integers(1, V, (b, t)).astype(np.int32)
@@ -68,10 +73,10 @@ def test_logits_and_gradients_equal_unrolled(remat):
     logits = model(tokens, attention_mask_BxT=mask)
     return -(token_logprobs(logits, targets) * mask).sum()
 
-  np.testing.assert_allclose(scanned(tokens, attention_mask_BxT=mask),
-                             unrolled(tokens, attention_mask_BxT=mask), rtol=1e-5, atol=1e-5)
-  g_u = nnx.to_flat_state(nnx.grad(loss)(unrolled))
-  g_s = dict(nnx.to_flat_state(nnx.grad(loss)(scanned)))
+  np.testing.assert_allclose(_forward(scanned, tokens, mask), _forward(unrolled, tokens, mask),
+                             rtol=1e-5, atol=1e-5)
+  g_u = nnx.to_flat_state(nnx.jit(nnx.grad(loss))(unrolled))
+  g_s = dict(nnx.to_flat_state(nnx.jit(nnx.grad(loss))(scanned)))
   for path, var in g_u:
     if path[0] == "layers":
       got = g_s[("layers",) + path[2:]].get_value()[path[1]]
@@ -95,14 +100,15 @@ def test_optimizer_step_equal_unrolled():
       logits = nnx.merge(graphdef, p)(tokens, attention_mask_BxT=mask)
       return -token_logprobs(logits, jnp.roll(tokens, -1, 1)).mean()
 
-    grads = jax.grad(loss)(params)
+    grads = jax.jit(jax.grad(loss))(params)
     updates, _ = tx.update(grads, tx.init(params), params)
     return nnx.merge(graphdef, optax.apply_updates(params, updates))
 
   after_u, after_s = one_step(unrolled), one_step(scanned)
   np.testing.assert_allclose(after_s.layers.mlp.down_proj.kernel[...][2],
                              after_u.layers[2].mlp.down_proj.kernel[...], rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(after_s(tokens), after_u(tokens), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(_forward(after_s, tokens, None), _forward(after_u, tokens, None),
+                             rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("chunk,segment", [(0, 0), (2, 0), (0, 3)])

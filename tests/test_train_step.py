@@ -1,6 +1,8 @@
 """The jitted updates: SFT learns a fixed batch; the RL step's first move is exactly the
 policy gradient of -A * log pi (ratio 1, nothing clipped), computed independently."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,6 +40,28 @@ def _model():
   return nnx.split(Decoder(CFG, rngs=nnx.Rngs(0)), nnx.Param)
 
 
+# The references below run as one compiled program each: called eagerly, a forward or a
+# gradient of the model compiles every operation on its own (hundreds of small programs a
+# test, most of this file's time; reports/suite_time.md).
+@functools.partial(jax.jit, static_argnums=0)
+def _full_logits(graphdef, params, inputs_BxT, attn_mask_BxT):
+  """Logits at every position (not the act_pos gather the loss uses)."""
+  return nnx.merge(graphdef, params)(inputs_BxT, attention_mask_BxT=attn_mask_BxT)
+
+
+_jit_logits = jax.jit(ts._logits, static_argnums=0)
+
+
+def _jit_value_and_grad_micro(loss_fn, params, batch, ref, micro_batches):
+  return jax.jit(functools.partial(ts.value_and_grad_micro, loss_fn,
+                                   micro_batches=micro_batches))(params, batch, ref)
+
+
+def _np_tree(fn, tree):
+  """`fn` on each leaf as a float32 NumPy array (no per-shape device program)."""
+  return jax.tree.map(lambda x: np.asarray(fn(np.asarray(x)), np.float32), tree)
+
+
 def test_sft_step_fits_a_batch():
   graphdef, params = _model()
   tx = optax.adam(1e-2)
@@ -55,8 +79,8 @@ def test_sft_step_fits_a_batch():
 
 def _old_logps(graphdef, params, batch):
   """Action-token log-probs from a full forward pass (all positions), then gathered."""
-  logits = nnx.merge(graphdef, params)(jnp.asarray(batch["inputs"]),
-                                       attention_mask_BxT=jnp.asarray(batch["attn_mask"]))
+  logits = _full_logits(graphdef, params, jnp.asarray(batch["inputs"]),
+                        jnp.asarray(batch["attn_mask"]))
   logits = np.take_along_axis(np.asarray(logits), batch["act_pos"][..., None], axis=1)
   return np.asarray(token_logprobs(jnp.asarray(logits), jnp.asarray(batch["targets"]))
                     ) * batch["loss_mask"]
@@ -81,13 +105,14 @@ def test_rl_first_step_is_the_policy_gradient(agg):
       return per_tok.sum() / m.sum()
     return jnp.mean(per_tok.sum(1) / jnp.maximum(m.sum(1), 1))
 
-  want = jax.grad(reference_loss)(params)
+  want = jax.jit(jax.grad(reference_loss))(params)
   algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28, kl_coef=0.0)
   scfg = SamplingConfig(max_new_tokens=4)
   # The gradient itself, not one rebuilt from an update: at ratio 1 the clipped
   # objective's gradient is -A * grad log pi. The two sides differ only in float32
   # rounding (the ratio is exp(logp - old_logp) with old_logp from another forward pass).
-  got, m = jax.grad(ts.make_rl_loss(graphdef, algo, scfg), has_aux=True)(params, batch, None)
+  got, m = jax.jit(jax.grad(ts.make_rl_loss(graphdef, algo, scfg), has_aux=True))(
+      params, batch, None)
   assert float(m["clip_frac"]) == 0.0
   assert abs(float(m["approx_kl"])) < 1e-6
   for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
@@ -168,12 +193,12 @@ def test_kl_to_reference_is_k3_of_tempered_logprobs():
   scfg = SamplingConfig(max_new_tokens=4, temperature=T, stop_token_ids=(1,))
   batch = _sampled_batch(graphdef, params, scfg)
   noise = iter(np.random.default_rng(5).normal(size=(len(jax.tree.leaves(params)),)))
-  ref = jax.tree.map(lambda p: p * (1.0 + 0.5 * next(noise)), params)
+  ref = _np_tree(lambda p: p * np.float32(1.0 + 0.5 * next(noise)), params)
   loss_fn = ts.make_rl_loss(graphdef, AlgoConfig(kl_coef=0.1, kl_kind="k3"), scfg)
-  _, m = loss_fn(params, batch, ref)
+  _, m = jax.jit(loss_fn)(params, batch, ref)
 
   def tempered_logp(p):  # full forward over every position, then gather (not act_pos)
-    logits = nnx.merge(graphdef, p)(batch["inputs"], attention_mask_BxT=batch["attn_mask"])
+    logits = _full_logits(graphdef, p, batch["inputs"], batch["attn_mask"])
     z = np.take_along_axis(np.asarray(logits), np.asarray(batch["act_pos"])[..., None], axis=1)
     lp = _log_softmax64(z / T)
     return np.take_along_axis(lp, np.asarray(batch["targets"])[..., None], axis=-1)[..., 0]
@@ -243,17 +268,18 @@ def test_micro_batches_give_the_whole_batch_gradient_for_a_mean_over_rows():
   scfg = SamplingConfig(max_new_tokens=4)
   algo = AlgoConfig(loss_agg="seq-mean-token-mean", kl_coef=0.0)
   loss_fn = ts.make_rl_loss(graphdef, algo, scfg)
-  (want_loss, _), want = jax.value_and_grad(loss_fn, has_aux=True)(params, jbatch, None)
+  (want_loss, _), want = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
+      params, jbatch, None)
   for micro in (2, 4):
-    (loss, m), got = ts.value_and_grad_micro(loss_fn, params, jbatch, None, micro_batches=micro)
+    (loss, m), got = _jit_value_and_grad_micro(loss_fn, params, jbatch, None, micro)
     np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-6)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
       np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=RTOL_GRAD, atol=ATOL_GRAD)
   # Token mean: slice j holds rows j, j + 2, ...; the result is the mean of the two
   # slices' own token-mean losses.
   tok_fn = ts.make_rl_loss(graphdef, AlgoConfig(loss_agg="token-mean", kl_coef=0.0), scfg)
-  (loss, _), _ = ts.value_and_grad_micro(tok_fn, params, jbatch, None, micro_batches=2)
-  halves = [float(tok_fn(params, {k: v[j::2] for k, v in jbatch.items()}, None)[0])
+  (loss, _), _ = _jit_value_and_grad_micro(tok_fn, params, jbatch, None, 2)
+  halves = [float(jax.jit(tok_fn)(params, {k: v[j::2] for k, v in jbatch.items()}, None)[0])
             for j in range(2)]
   np.testing.assert_allclose(float(loss), np.mean(halves), rtol=1e-6)
   with pytest.raises(ValueError, match="does not split into 3"):
@@ -282,7 +308,7 @@ def test_a_remat_policy_steps_with_a_kl_reference_and_micro_batches():
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
   algo = AlgoConfig(loss_agg="seq-mean-token-mean", kl_coef=0.1)
   scfg = SamplingConfig(max_new_tokens=4)
-  ref = jax.tree.map(lambda x: x * 0.9, params)
+  ref = _np_tree(lambda x: x * np.float32(0.9), params)
   tx = optax.sgd(0.1)
   out = {}
   for name, g in (("plain", graphdef), ("remat", remat_graphdef)):
@@ -302,7 +328,7 @@ def test_packed_rows_give_the_unpacked_logprobs_loss_and_gradient(agg, micro):
   per-token log-probs, loss, metrics and gradient (KL to a reference included), with and
   without micro-batches; a padding row holds no tokens and counts in no mean."""
   graphdef, params = _model()
-  ref = jax.tree.map(lambda x: x + 0.01, params)
+  ref = _np_tree(lambda x: x + np.float32(0.01), params)
   rng = np.random.default_rng(4)
   rows, _ = _batch(rng, n=10, adv=rng.normal(size=10).astype(np.float32))
   rows += [D.empty_row(0)] * 2
@@ -317,18 +343,16 @@ def test_packed_rows_give_the_unpacked_logprobs_loss_and_gradient(agg, micro):
   assert whole["inputs"].shape[0] < len(rows)  # rows did share sequences
   mask = np.asarray(plain["loss_mask"])
   np.testing.assert_allclose(
-      np.asarray(sampling.sampling_logprobs(ts._logits(graphdef, params, whole),
+      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, whole),
                                             whole["targets"], scfg)) * mask,
-      np.asarray(sampling.sampling_logprobs(ts._logits(graphdef, params, plain),
+      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, plain),
                                             plain["targets"], scfg)) * mask,
       rtol=1e-5, atol=1e-6)
   packed = {k: jnp.asarray(v)
             for k, v in D.pack_rows(rows, seq_len=L, action_len=A, micro_batches=micro).items()}
   loss_fn = ts.make_rl_loss(graphdef, AlgoConfig(loss_agg=agg, kl_coef=0.05), scfg)
-  (want, want_m), want_g = ts.value_and_grad_micro(loss_fn, params, plain, ref,
-                                                   micro_batches=micro)
-  (got, got_m), got_g = ts.value_and_grad_micro(loss_fn, params, packed, ref,
-                                                micro_batches=micro)
+  (want, want_m), want_g = _jit_value_and_grad_micro(loss_fn, params, plain, ref, micro)
+  (got, got_m), got_g = _jit_value_and_grad_micro(loss_fn, params, packed, ref, micro)
   np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
   for k in want_m:
     np.testing.assert_allclose(float(got_m[k]), float(want_m[k]), rtol=1e-4, atol=1e-6)

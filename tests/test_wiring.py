@@ -52,7 +52,8 @@ RTOL = 1e-5
 def _perturbed(params, seed, scale=0.5):
   """Each leaf scaled by its own 1 + scale * N(0, 1): a parameter set unlike `params`."""
   noise = iter(np.random.default_rng(seed).normal(size=(len(jax.tree.leaves(params)),)))
-  return jax.tree.map(lambda x: x * (1.0 + scale * next(noise)), params)
+  # In NumPy (float32, the same rounding): a device op per leaf shape compiles a program each.
+  return jax.tree.map(lambda x: np.asarray(x) * np.float32(1.0 + scale * next(noise)), params)
 
 
 def _log_softmax64(z):
@@ -451,7 +452,8 @@ def test_istar_rewards_and_prm_step_use_the_prm_not_the_policy():
   won_j = jnp.asarray(won > 0)
   (ls, (_, n)), g = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
       prm0.params, ctx.to_device(batch), won_j)
-  want_prm, _ = ts.apply_update(tx, prm0, ls / n, jax.tree.map(lambda x: x / n, g), {})
+  want_prm, _ = jax.jit(lambda s, l, g, n: ts.apply_update(
+      tx, s, l / n, jax.tree.map(lambda x: x / n, g), {}))(prm0, ls, g, n)
 
   prep = algo.prepare(ctx, 0, gb, params, aux)
   np.testing.assert_allclose(prep.adv_BxGxT, want_adv, rtol=1e-4, atol=1e-5)
