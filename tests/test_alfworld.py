@@ -21,11 +21,6 @@ from environments import alfworld_gen as gen
 
 SPLITS = ("train", "eval_seen", "eval_unseen")
 
-
-def test_the_env_module_and_the_generator_name_the_same_splits():
-  # alfworld_env repeats them so that importing it does not import the generator.
-  assert alfworld_env.SPLITS == gen.SPLITS == SPLITS
-  assert alfworld_env.AlfworldEnv.splits == SPLITS
 # One task per split, four task types: simple, look_at_obj_in_light, clean, heat.
 SAMPLE = (("train", 0), ("train", 1), ("eval_seen", 2), ("eval_unseen", 3))
 # And cool and pick_two (index % 6 is the type): each of the six task types once.
@@ -55,6 +50,12 @@ def play_expert(env, split, index):
     r = env.step(a)
     results.append(r)
   return plan_len, results
+
+
+def test_the_env_module_and_the_generator_name_the_same_splits():
+  # alfworld_env repeats them so that importing it does not import the generator.
+  assert alfworld_env.SPLITS == gen.SPLITS == SPLITS
+  assert alfworld_env.AlfworldEnv.splits == SPLITS
 
 
 def test_floorplan_splits_and_generator_purity():

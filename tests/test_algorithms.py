@@ -380,7 +380,7 @@ def test_istar_prepare_matches_row_by_row_and_takes_one_prm_step():
     s, n = istar.prm_pair_loss(r_of(p), jnp.asarray(arrays.mask_BxGxT), jnp.asarray(won > 0))
     return s / n
 
-  r_direct = np.asarray(jax.jit(r_of)(prm0.params))  # eagerly: a program per operation
+  r_direct = np.asarray(jax.jit(r_of)(prm0.params))  # not eager: a program per operation
   want_loss, want_grads = jax.jit(jax.value_and_grad(mean_loss))(prm0.params)
   tx = base.aux_optimizer(cfg.algo.istar.learning_rate, cfg.algo.istar.grad_clip)
   want_prm, _ = jax.jit(ts.apply_update, static_argnums=0)(tx, prm0, want_loss, want_grads, {})
