@@ -13,6 +13,7 @@ import tempfile
 import pytest
 
 from tests import tiny_runs
+from tests import xla_env
 
 # Module name -> what provides it (requirements-test.txt and requirements.txt).
 TEST_DEPENDENCIES = {
@@ -54,6 +55,10 @@ def pytest_configure(config):
     for var in ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
                 "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"):
       os.environ.setdefault(var, "0")
+  # The suite compiles with LLVM's optimisation off (tests/xla_env.py says why and what it
+  # changes); the workers and the processes the tests start inherit the flags.
+  if not hasattr(config, "workerinput"):
+    os.environ["XLA_FLAGS"] = xla_env.with_suite_flags(os.environ.get("XLA_FLAGS", ""))
   # The suite starts about 350 short-lived TextWorldExpress JVMs, each of which spent most
   # of its CPU in the optimising JIT and the parallel GC's start-up: the client compiler
   # alone and the serial collector cut that by 40 % (environments/jvm.py). They change no

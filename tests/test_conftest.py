@@ -28,3 +28,25 @@ def test_a_missing_dependency_fails_the_run_with_its_name():
   assert ("missing test dependencies: hypothesis, " + TEST_DEPENDENCIES["torch"]) in out
   assert "pip install -r requirements-test.txt" in out
   assert not re.search(r"\d+ (passed|skipped)", out), out
+
+
+def test_the_suite_compiles_at_level_0_and_keeps_a_users_flags():
+  """Catches the suite's XLA flags lost on the way to a worker or a process a test starts
+  (the suite would compile at XLA's default, about 1.4 times the CPU), a user's own level
+  overridden, and a device count added twice or dropped."""
+  from tests import xla_env  # pylint: disable=g-import-not-at-top
+  assert xla_env.opt_level() == "0"  # this worker's, inherited from pytest's main process
+  assert xla_env.with_suite_flags("") == "--xla_backend_optimization_level=0"
+  assert xla_env.with_suite_flags("--xla_backend_optimization_level=3 --a=1") == (
+      "--xla_backend_optimization_level=3 --a=1")
+  assert xla_env.opt_level("--xla_backend_optimization_level=2") == "2"
+  assert xla_env.opt_level("--a=1") == "default"
+  env = xla_env.env_with_devices(8, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2 "
+                                                  "--xla_backend_optimization_level=0"}, X="y")
+  assert env == {"X": "y", "XLA_FLAGS": "--xla_backend_optimization_level=0 "
+                                        "--xla_force_host_platform_device_count=8"}
+  # A process a test starts compiles at the suite's level.
+  out = subprocess.run([sys.executable, "-c", "from tests import xla_env; "
+                        "print(xla_env.opt_level())"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env=xla_env.env_with_devices(4))
+  assert out.stdout.strip() == "0", out.stderr

@@ -13,6 +13,7 @@ import pytest
 import experiments
 from csa_jax import dry_run
 from csa_jax.config import apply_overrides
+from tests import xla_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,7 +90,7 @@ TINY = ["--set", "rollout.num_envs=8", "--set", "algo.minibatch_size=16",
 
 
 def test_dry_run_on_a_simulated_4x2_mesh_prints_a_plan_and_a_verdict(tmp_path):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  env = xla_env.env_with_devices(8)
   work = tmp_path / "never_written"
   base = ["--exp", "coin_doors_csa", "--mesh", "4x2", "--dry-run", "--workdir", str(work), *TINY]
   out = _launch(*base, "--set", "device_memory_gb=1", env=env)

@@ -22,8 +22,10 @@ entropy bonus and the KL anchor all shape the result.
 Bits are a property of the CPU as well as the code: XLA compiles for the host, and on
 another CPU model the same run rounds differently (on an AMD EPYC with AVX-512 the file
 made on an earlier machine differs in the last bits of every parameter, relative 1e-7 to
-1e-6, and of the float metrics). So each record in tests/golden/ names the CPU it was made
-on (`cpu_fingerprint()`), and the test is:
+1e-6, and of the float metrics), and so does a run with another XLA backend optimisation
+level (the suite compiles at level 0, tests/xla_env.py; the records made before it did are
+near such a run, not equal). So each record in tests/golden/ names the CPU it was made on
+and the level where it is not XLA's default (`cpu_fingerprint()`), and the test is:
 
 - bitwise, against the record of this CPU (or against any record the run equals bit for
   bit: the first record, one_rl_iteration.json, was made before records named their CPU);
@@ -72,6 +74,7 @@ from csa_jax.config import (AlgoConfig, EnvConfig, EvalConfig, ExperimentConfig,
 from csa_jax.model import ModelConfig
 from environments.base import StepInfo, StepResult, TextEnv
 from environments.registry import list_envs, register_env
+from tests import xla_env
 
 GOLDEN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 GOLDEN = os.path.join(GOLDEN_DIR, "one_rl_iteration.json")  # the first record (no CPU named)
@@ -214,7 +217,9 @@ def _versions() -> dict[str, str]:
 
 def cpu_fingerprint() -> dict[str, str]:
   """What names the CPU model XLA compiles for: /proc/cpuinfo's model and a hash of its
-  feature flags (two machines with the same model name can expose other features)."""
+  feature flags (two machines with the same model name can expose other features); and the
+  backend optimisation level where XLA_FLAGS sets one (the suite's is 0, tests/xla_env.py:
+  another level rounds as another CPU would)."""
   fields = {}
   try:
     with open("/proc/cpuinfo") as f:
@@ -226,14 +231,18 @@ def cpu_fingerprint() -> dict[str, str]:
   except OSError:
     pass
   flags = " ".join(sorted(fields.get("flags", "").split()))
-  return {"model": fields.get("model name", platform.processor() or "unknown"),
-          "family": fields.get("cpu family", ""), "model_id": fields.get("model", ""),
-          "flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16]}
+  out = {"model": fields.get("model name", platform.processor() or "unknown"),
+         "family": fields.get("cpu family", ""), "model_id": fields.get("model", ""),
+         "flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16]}
+  if xla_env.opt_level() != "default":  # (records made at XLA's default do not name it)
+    out["xla_opt_level"] = xla_env.opt_level()
+  return out
 
 
 def record_path(cpu: dict[str, str]) -> str:
+  level = f"-xla_o{cpu['xla_opt_level']}" if "xla_opt_level" in cpu else ""
   return os.path.join(GOLDEN_DIR, f"one_rl_iteration.cpu-{cpu['flags_sha256'][:8]}"
-                                  f"-{cpu['family']}-{cpu['model_id']}.json")
+                                  f"-{cpu['family']}-{cpu['model_id']}{level}.json")
 
 
 def run_and_record(tmp_path) -> dict:

@@ -15,6 +15,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from csa_jax import mesh as mesh_lib
+from tests import xla_env
 
 
 def test_make_mesh_single_device():
@@ -60,9 +61,7 @@ def test_maybe_initialize_distributed_noop_without_env(monkeypatch):
 
 
 def test_mesh_4x2_matches_one_device():
-  env = dict(os.environ,
-             XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
+  env = xla_env.env_with_devices(8, JAX_PLATFORMS="cpu")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   proc = subprocess.run([sys.executable, "-m", "tests.test_mesh",
                          "--worker"], env=env, cwd=root, capture_output=True,

@@ -24,6 +24,7 @@ from csa_jax import metrics as M
 from csa_jax import perf
 from csa_jax.checkpoint import Checkpointer
 from tests import tiny_runs
+from tests import xla_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The shared tiny TWX run (tests/tiny_runs.py) with 2 environments a process, greedy
@@ -39,8 +40,7 @@ def test_distributed_primitives_across_two_processes():
   out = subprocess.run(
       [sys.executable, "-m", "csa_jax.multiprocess_local", "--processes", "2", "--devices",
        "4", "--script", "tests/multiprocess_probe.py", "--", "--fail"],
-      cwd=ROOT, capture_output=True, text=True, timeout=300,
-      env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+      cwd=ROOT, capture_output=True, text=True, timeout=300)  # (multiprocess_local sets the device count)
   assert out.returncode == 4, out.stderr[-3000:]  # the worst of 3 and 4
   got = {}
   for line in out.stdout.splitlines():
@@ -86,8 +86,7 @@ def test_what_two_processes_cannot_run_is_refused_in_one_line(tmp_path, sets, ne
       [sys.executable, "-m", "csa_jax.multiprocess_local", "--processes", "2", "--devices",
        "4", "--", "--exp", "quickstart_coin", "--workdir", str(work), "--set", "sft.num_demos=4",
        "--set", "env.kwargs.step_limit=4", "--set", "rollout.num_envs=2", *sets],
-      cwd=ROOT, capture_output=True, text=True, timeout=300,
-      env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+      cwd=ROOT, capture_output=True, text=True, timeout=300)  # (multiprocess_local sets the device count)
   assert out.returncode == 2, out.stderr[-3000:]
   assert "Traceback" not in out.stderr
   for rank in (0, 1):
@@ -102,7 +101,6 @@ class Runs:
     self.env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(root / "jax_cache"),
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    self.env.pop("XLA_FLAGS", None)
 
   def args(self, workdir, *sets, resume=False):
     out = ["--exp", "twx_coin_csa", "--mesh", "4x2", "--workdir", str(workdir)]
@@ -118,9 +116,7 @@ class Runs:
     return [sys.executable, "launch.py", *self.args(workdir, *sets, resume=resume)]
 
   def run(self, cmd, devices=None):
-    env = dict(self.env)
-    if devices:
-      env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env = xla_env.env_with_devices(devices, self.env) if devices else self.env
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env=env)
 

@@ -1,0 +1,48 @@
+"""The XLA flags the suite compiles with, and the environment of a process a test starts.
+
+Most of the suite's CPU time is XLA compiling hundreds of small programs (tiny models, one
+program per shape), and most of a compile is LLVM optimising the generated code. The suite
+compiles with LLVM's optimisation off (`--xla_backend_optimization_level=0`): XLA's own
+passes (fusion, layout, buffer assignment, sharding) run unchanged, so a test sees the same
+program and the same memory plan; only the machine code is less optimised, which the tiny
+programs do not notice. Measured on 4 heavy files (reports/suite_time.md, part 6): compile
+time 666 -> 387 s, the files' wall time 455 -> 325 s on 2 cores.
+
+The results round differently (LLVM no longer fuses multiplies and adds), as they do on
+another CPU model: tests compare two paths of one process, or with NumPy under the
+tolerances they had, so none of them notices; the golden test keeps its bitwise records per
+CPU and per optimisation level (tests/test_golden.py). Benchmarks and real runs keep XLA's
+default. A user's own `--xla_backend_optimization_level` is kept
+(`XLA_FLAGS=--xla_backend_optimization_level=3 make test` runs the suite at XLA's default).
+"""
+
+from __future__ import annotations
+
+import os
+
+OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
+SUITE_FLAGS = (f"{OPT_LEVEL_FLAG}=0",)
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def with_suite_flags(flags: str) -> str:
+  """`flags` (an XLA_FLAGS value) with the suite's flags added where it does not set them."""
+  have = {f.split("=", 1)[0] for f in flags.split()}
+  return " ".join([*flags.split(), *(f for f in SUITE_FLAGS if f.split("=", 1)[0] not in have)])
+
+
+def opt_level(flags: str | None = None) -> str:
+  """The backend optimisation level `flags` (default: this process's XLA_FLAGS) asks for;
+  "default" when it does not set one."""
+  flags = os.environ.get("XLA_FLAGS", "") if flags is None else flags
+  levels = [f.split("=", 1)[1] for f in flags.split() if f.startswith(OPT_LEVEL_FLAG + "=")]
+  return levels[-1] if levels else "default"
+
+
+def env_with_devices(devices: int, base: dict[str, str] | None = None, **extra) -> dict[str, str]:
+  """An environment for a process that simulates `devices` CPU devices: `base` (default
+  os.environ) with its XLA flags kept, any device count replaced, and `extra` set."""
+  env = dict(os.environ if base is None else base, **extra)
+  flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_COUNT_FLAG)]
+  env["XLA_FLAGS"] = " ".join([*flags, f"{DEVICE_COUNT_FLAG}={devices}"])
+  return env
