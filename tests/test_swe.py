@@ -305,7 +305,10 @@ def test_env_reports_runaway_command(tiny):
     assert "[killed: the command ran past its 2 s time limit]" in r.observation
     assert r.info.extra["killed"] == "timeout" and not r.done and r.info.action_valid
     assert "[exit code 3]" in env.step("run exit 3").observation
-    obs = env.step("run :(){ :|:& };:; wait").observation
+    # A fork bomb that stays in the sandbox until its time limit: with `; wait` the
+    # command could end (its first pipeline's two processes return at once) before the
+    # bomb's orphans reached the limit, a race a loaded machine lost (no output, rc 0).
+    obs = env.step("run :(){ :|:& };:; sleep 10").observation
     assert ("[the command hit its limit of 32 processes]" in obs
             or env._box.nproc_mechanism != "cgroup"), obs  # pylint: disable=protected-access
   finally:
