@@ -8,8 +8,7 @@ program and the same memory plan; only the machine code is less optimised, which
 programs do not notice. Measured on 4 heavy files (reports/suite_time.md, part 6): compile
 time 666 -> 387 s, the files' wall time 455 -> 325 s on 2 cores.
 
-The results round differently (LLVM no longer fuses multiplies and adds), as they do on
-another CPU model: tests compare two paths of one process, or with NumPy under the
+The results round differently, as they do on another CPU model: tests compare two paths of one process, or with NumPy under the
 tolerances they had, so none of them notices; the golden test keeps its bitwise records per
 CPU and per optimisation level (tests/test_golden.py). Benchmarks and real runs keep XLA's
 default. A user's own `--xla_backend_optimization_level` is kept
