@@ -1,10 +1,15 @@
-"""A missing test dependency stops the suite with one clear message (tests/conftest.py)."""
+"""A missing test dependency stops the suite with one clear message (tests/conftest.py);
+the suite's XLA flags reach every process and change the machine code only (tests/xla_env.py)."""
 
+import json
 import os
 import re
 import subprocess
 import sys
 
+import pytest
+
+from tests import xla_env
 from tests.conftest import TEST_DEPENDENCIES, missing_dependencies
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +39,6 @@ def test_the_suite_compiles_at_level_0_and_keeps_a_users_flags():
   """Catches the suite's XLA flags lost on the way to a worker or a process a test starts
   (the suite would compile at XLA's default, about 1.4 times the CPU), a user's own level
   overridden, and a device count added twice or dropped."""
-  from tests import xla_env  # pylint: disable=g-import-not-at-top
   assert xla_env.opt_level() == "0"  # this worker's, inherited from pytest's main process
   assert xla_env.with_suite_flags("") == "--xla_backend_optimization_level=0"
   assert xla_env.with_suite_flags("--xla_backend_optimization_level=3 --a=1") == (
@@ -50,3 +54,31 @@ def test_the_suite_compiles_at_level_0_and_keeps_a_users_flags():
                         "print(xla_env.opt_level())"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120, env=xla_env.env_with_devices(4))
   assert out.stdout.strip() == "0", out.stderr
+
+
+def _programs(level: str, *args: str, devices: int = 1) -> dict:
+  env = xla_env.env_with_devices(devices)
+  env["XLA_FLAGS"] = " ".join(
+      [f for f in env["XLA_FLAGS"].split() if not f.startswith(xla_env.OPT_LEVEL_FLAG)]
+      + ([f"{xla_env.OPT_LEVEL_FLAG}={level}"] if level != "default" else []))
+  out = subprocess.run([sys.executable, "-m", "tests.xla_programs", *args], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600, env=env)
+  assert out.returncode == 0, out.stderr[-3000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_suites_level_changes_the_machine_code_only():
+  """Catches an XLA whose backend optimisation level reaches its HLO passes (the suite would
+  then test other programs than a user runs): a small program's optimised HLO and memory
+  analysis are the same at the suite's level and at XLA's default."""
+  suite, default = _programs("0"), _programs("default")
+  assert suite == default and suite
+
+
+@pytest.mark.slow
+def test_the_suites_level_leaves_the_dry_run_programs_and_plan_alone():
+  """The same for the sampler, SFT step and RL step of a dry run on a 4x2 mesh (the SPMD
+  partitioner, the buffer assignment): equal HLO and equal bytes (measured equal at
+  179c732)."""
+  suite = _programs("0", "--dry-run", devices=8)
+  assert suite == _programs("default", "--dry-run", devices=8) and len(suite) == 3
