@@ -21,9 +21,24 @@ import math
 import typing
 from typing import Any, Callable, Iterator, Mapping
 
-from csa_jax.advantages import list_estimators
-from csa_jax.losses import AGG_MODES, KL_KINDS
 from csa_jax.methods import METHODS
+
+
+# The estimators' registry and the loss's modes live with their (jax) code; they are read
+# when a value is checked, so that defining and reading configs imports no jax.
+def _estimators():
+  from csa_jax import advantages  # pylint: disable=g-import-not-at-top
+  return advantages.list_estimators()
+
+
+def _agg_modes():
+  from csa_jax import losses  # pylint: disable=g-import-not-at-top
+  return losses.AGG_MODES
+
+
+def _kl_kinds():
+  from csa_jax import losses  # pylint: disable=g-import-not-at-top
+  return losses.KL_KINDS
 
 # ----------------------------------------------------------------------------------------
 # Rules: each says what is valid (for --show-config) and checks a value (None when fine,
@@ -177,7 +192,7 @@ FIELDS: dict[str, Field] = {
     # algo
     "algo.method": F("what drives an RL iteration (csa_jax/algorithms)", one_of(METHODS)),
     "algo.estimator": F("the advantage estimator of method 'estimator' "
-                        "(csa_jax/advantages.py)", one_of(list_estimators)),
+                        "(csa_jax/advantages.py)", one_of(_estimators)),
     "algo.lam": F("CSA: weight of the counterfactual step term, A = A_E + lam * A_S (0: "
                   "GRPO, 1: the step-level ablation)", within(0, 1)),
     "algo.gamma": F("discount of step returns (GiGPO, CSA+GiGPO)", within(0, 1)),
@@ -191,9 +206,9 @@ FIELDS: dict[str, Field] = {
     "algo.dual_clip": F("dual-clip bound for negative advantages (DAPO/verl use 3)",
                         off_or_gt(1)),
     "algo.loss_agg": F("how token losses are averaged (csa_jax/losses.py)",
-                       one_of(AGG_MODES)),
+                       one_of(_agg_modes)),
     "algo.kl_coef": F("weight of the KL to the SFT policy (0: off)", ge(0)),
-    "algo.kl_kind": F("KL estimator", one_of(KL_KINDS)),
+    "algo.kl_kind": F("KL estimator", one_of(_kl_kinds)),
     "algo.ref_dtype": F("dtype of the KL reference's copy ('': the parameters')",
                         one_of(("", "float32", "bfloat16"))),
     "algo.entropy_coef": F("entropy bonus weight (0: off)", ge(0)),

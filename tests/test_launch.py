@@ -1,5 +1,6 @@
 """The command line: --list, and one clear line (no traceback) for each bad input."""
 
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +34,27 @@ def test_bad_input_is_one_clear_line(args, needle):
   assert needle in out.stderr
   assert "Traceback" not in out.stderr
   assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+# What launch.py imports before it answers: the program with sys.modules read at exit.
+_IMPORTS = ("import atexit, json, runpy, sys; atexit.register(lambda: print(json.dumps("
+            "sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'flax', 'optax')))"
+            ", file=sys.stderr)); sys.argv = ['launch.py', *sys.argv[1:]]; "
+            "runpy.run_path('launch.py', run_name='__main__')")
+
+
+@pytest.mark.parametrize("args, code", [(["--list"], 0), (["--exp", "nope"], 2)],
+                         ids=["list", "unknown-experiment"])
+def test_listing_and_an_unknown_experiment_import_no_jax(args, code):
+  """Catches a jax, flax or optax import on the way to the experiments' configs (a top-level
+  import in csa_jax/config.py, config_fields.py or csa_jax/model/): `--list` and a wrong
+  --exp would take 4 s of CPU on a slow machine instead of 0.2 s. (A config that is
+  validated imports jax: the estimator's name is checked against the registry of
+  csa_jax/advantages.py.)"""
+  out = subprocess.run([sys.executable, "-c", _IMPORTS, *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == code, out.stderr[-2000:]
+  assert json.loads(out.stderr.strip().splitlines()[-1]) == []
 
 
 def test_resume_without_checkpoint(tmp_path):

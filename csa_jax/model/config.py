@@ -13,9 +13,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax.numpy as jnp
+# The dtype names a config accepts; the jnp types are looked up when a model is built, so
+# that reading and checking a config (launch.py --list, a bad --set) imports no jax.
+_DTYPES = ("float32", "bfloat16")
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+def _jnp_dtype(name: str):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return getattr(jnp, name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +91,7 @@ class LoRAConfig:
 
   @property
   def jnp_param_dtype(self) -> Any:
-    return _DTYPES[self.param_dtype]
+    return _jnp_dtype(self.param_dtype)
 
   def on(self, name: str) -> bool:
     """Whether the projection `name` carries an adapter."""
@@ -162,11 +167,11 @@ class ModelConfig:
 
   @property
   def jnp_dtype(self) -> Any:
-    return _DTYPES[self.dtype]
+    return _jnp_dtype(self.dtype)
 
   @property
   def jnp_param_dtype(self) -> Any:
-    return _DTYPES[self.param_dtype]
+    return _jnp_dtype(self.param_dtype)
 
   @property
   def num_groups(self) -> int:
