@@ -33,15 +33,20 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
+def with_device_count(xla_flags: str, devices: int) -> str:
+  """An XLA_FLAGS value with its other flags kept and `devices` simulated CPU devices."""
+  flags = [f for f in xla_flags.split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+  return " ".join(flags + [f"--xla_force_host_platform_device_count={devices}"])
+
+
 def process_env(rank: int, processes: int, devices: int, port: int,
                 base: dict[str, str] | None = None) -> dict[str, str]:
   env = dict(os.environ if base is None else base)
-  flags = [f for f in env.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
   env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(processes),
              JAX_PROCESS_ID=str(rank), JAX_PLATFORMS="cpu",
              JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo", PYTHONUNBUFFERED="1",
-             XLA_FLAGS=" ".join(flags + [f"--xla_force_host_platform_device_count={devices}"]))
+             XLA_FLAGS=with_device_count(env.get("XLA_FLAGS", ""), devices))
   return env
 
 

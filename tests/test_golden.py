@@ -234,8 +234,9 @@ def cpu_fingerprint() -> dict[str, str]:
   out = {"model": fields.get("model name", platform.processor() or "unknown"),
          "family": fields.get("cpu family", ""), "model_id": fields.get("model", ""),
          "flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16]}
-  if xla_env.opt_level() != "default":  # (records made at XLA's default do not name it)
-    out["xla_opt_level"] = xla_env.opt_level()
+  level = xla_env.opt_level()
+  if level != "default":  # (records made at XLA's default do not name it)
+    out["xla_opt_level"] = level
   return out
 
 

@@ -40,7 +40,7 @@ def test_distributed_primitives_across_two_processes():
   out = subprocess.run(
       [sys.executable, "-m", "csa_jax.multiprocess_local", "--processes", "2", "--devices",
        "4", "--script", "tests/multiprocess_probe.py", "--", "--fail"],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)  # (multiprocess_local sets the device count)
+      cwd=ROOT, capture_output=True, text=True, timeout=300)  # (it sets the device count)
   assert out.returncode == 4, out.stderr[-3000:]  # the worst of 3 and 4
   got = {}
   for line in out.stdout.splitlines():
@@ -86,7 +86,7 @@ def test_what_two_processes_cannot_run_is_refused_in_one_line(tmp_path, sets, ne
       [sys.executable, "-m", "csa_jax.multiprocess_local", "--processes", "2", "--devices",
        "4", "--", "--exp", "quickstart_coin", "--workdir", str(work), "--set", "sft.num_demos=4",
        "--set", "env.kwargs.step_limit=4", "--set", "rollout.num_envs=2", *sets],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)  # (multiprocess_local sets the device count)
+      cwd=ROOT, capture_output=True, text=True, timeout=300)  # (it sets the device count)
   assert out.returncode == 2, out.stderr[-3000:]
   assert "Traceback" not in out.stderr
   for rank in (0, 1):

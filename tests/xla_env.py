@@ -9,10 +9,11 @@ memory analysis at both levels); only the machine code is less optimised, which 
 programs do not notice. Measured on 4 heavy files (reports/suite_time.md, part 6): compile
 time 666 -> 387 s, the files' wall time 455 -> 325 s on 2 cores.
 
-The results round differently, as they do on another CPU model: tests compare two paths of one process, or with NumPy under the
-tolerances they had, so none of them notices; the golden test keeps its bitwise records per
-CPU and per optimisation level (tests/test_golden.py). Benchmarks and real runs keep XLA's
-default. A user's own `--xla_backend_optimization_level` is kept
+The results round differently, as they do on another CPU model: tests compare two paths
+of one process, or with NumPy under the tolerances they had, so none of them notices; the
+golden test keeps its bitwise records per CPU and per optimisation level
+(tests/test_golden.py). Benchmarks and real runs keep XLA's default. A user's own
+`--xla_backend_optimization_level` is kept
 (`XLA_FLAGS=--xla_backend_optimization_level=3 make test` runs the suite at XLA's default).
 """
 
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 import os
 
+from csa_jax.multiprocess_local import with_device_count
+
 OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 SUITE_FLAGS = (f"{OPT_LEVEL_FLAG}=0",)
-DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
 def with_suite_flags(flags: str) -> str:
@@ -43,6 +45,5 @@ def env_with_devices(devices: int, base: dict[str, str] | None = None, **extra) 
   """An environment for a process that simulates `devices` CPU devices: `base` (default
   os.environ) with its XLA flags kept, any device count replaced, and `extra` set."""
   env = dict(os.environ if base is None else base, **extra)
-  flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_COUNT_FLAG)]
-  env["XLA_FLAGS"] = " ".join([*flags, f"{DEVICE_COUNT_FLAG}={devices}"])
+  env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
   return env

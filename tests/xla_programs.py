@@ -34,7 +34,8 @@ def mlp() -> dict[str, list]:
 
   p = {"w1": jnp.full((64, 256), 0.01), "b1": jnp.zeros(256), "w2": jnp.full((256, 128), 0.01)}
   x, y = jnp.ones((32, 64)), jnp.zeros(32, jnp.int32)
-  return {"mlp value_and_grad": describe(jax.jit(jax.value_and_grad(loss)).lower(p, x, y).compile())}
+  compiled = jax.jit(jax.value_and_grad(loss)).lower(p, x, y).compile()
+  return {"mlp value_and_grad": describe(compiled)}
 
 
 def dry_run_programs() -> dict[str, list]:
