@@ -39,14 +39,23 @@ run: $(VENV)/.req-stamp
 # TEST_WORKERS pytest-xdist processes, one test file each at a time (module fixtures such as
 # a shared SFT run stay in one process); TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
-# The swe environment's sandbox (environments/swe/sandbox.py) uses bubblewrap, a Debian
-# package: installed here when missing and apt-get can (as root); else its tests say so.
+# Debian packages, installed when missing and apt-get can (as root); else the suite says what
+# it lacks. bubblewrap: the swe environment's sandbox (environments/swe/sandbox.py); without it
+# its bwrap tests fail. libjemalloc2: the allocator the suite's processes use (tests/xla_env.py:
+# XLA's compiles spend about a sixth of their CPU in glibc's malloc); without it the suite runs
+# on glibc's malloc, slower, with the same results.
+APT_GET_INSTALL = [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+  { apt-get install -y -q $(1) >/dev/null 2>&1 || \
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $(1) >/dev/null 2>&1; }; }
+JEMALLOC_FOUND = ls /usr/lib/*-linux-gnu/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2 2>/dev/null | grep -q .
 sysdeps:
-	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  { apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
-	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }; } \
-	  && echo "installed bubblewrap"; } || \
-	  echo "bubblewrap could not be installed (apt-get install bubblewrap): the swe sandbox's bwrap tests will fail"
+	@want=""; command -v bwrap >/dev/null || want=" bubblewrap"; \
+	  $(JEMALLOC_FOUND) || want="$$want libjemalloc2"; \
+	  if [ -n "$$want" ]; then $(call APT_GET_INSTALL,$$want) && echo "installed$$want"; fi; \
+	  command -v bwrap >/dev/null || echo "bubblewrap could not be installed (apt-get install" \
+	    "bubblewrap): the swe sandbox's bwrap tests will fail"; \
+	  $(JEMALLOC_FOUND) || echo "libjemalloc2 could not be installed (apt-get install" \
+	    "libjemalloc2): the suite runs on glibc's malloc, slower"
 
 test: $(VENV)/.test-stamp sysdeps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \

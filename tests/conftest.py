@@ -59,6 +59,14 @@ def pytest_configure(config):
   # changes); the workers and the processes the tests start inherit the flags.
   if not hasattr(config, "workerinput"):
     os.environ["XLA_FLAGS"] = xla_env.with_suite_flags(os.environ.get("XLA_FLAGS", ""))
+  # The workers and the processes the tests start allocate with jemalloc where the machine
+  # has it (tests/xla_env.py: a sixth of a compile's CPU is glibc's malloc). pytest's main
+  # process, which only hands out files, keeps the allocator it started with.
+  if not hasattr(config, "workerinput"):
+    preload = xla_env.with_suite_allocator(os.environ.get("LD_PRELOAD", ""),
+                                           xla_env.jemalloc_path())
+    if preload:
+      os.environ["LD_PRELOAD"] = preload
   # The suite starts about 350 short-lived TextWorldExpress JVMs, each of which spent most
   # of its CPU in the optimising JIT and the parallel GC's start-up: the client compiler
   # alone and the serial collector cut that by 40 % (environments/jvm.py). They change no

@@ -1,5 +1,6 @@
 """A missing test dependency stops the suite with one clear message (tests/conftest.py);
-the suite's XLA flags reach every process and change the machine code only (tests/xla_env.py)."""
+the suite's XLA flags reach every process and change the machine code only, and its
+allocator reaches the workers and the processes they start (tests/xla_env.py)."""
 
 import json
 import os
@@ -54,6 +55,29 @@ def test_the_suite_compiles_at_level_0_and_keeps_a_users_flags():
                         "print(xla_env.opt_level())"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120, env=xla_env.env_with_devices(4))
   assert out.stdout.strip() == "0", out.stderr
+
+
+def test_the_workers_and_their_processes_allocate_with_jemalloc_where_the_machine_has_it():
+  """Catches the suite's allocator lost on the way to a worker or a process a test starts
+  (the compiles would take about a sixth more CPU), a user's own allocator replaced, and
+  jemalloc named twice."""
+  jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+  assert xla_env.with_suite_allocator("", jemalloc) == jemalloc
+  assert xla_env.with_suite_allocator("", None) == ""
+  assert xla_env.with_suite_allocator("/x/libfoo.so", jemalloc) == f"{jemalloc} /x/libfoo.so"
+  assert xla_env.with_suite_allocator("/x/libtcmalloc.so.4", jemalloc) == "/x/libtcmalloc.so.4"
+  assert xla_env.with_suite_allocator(jemalloc, jemalloc) == jemalloc
+  # jemalloc where the machine has it, unless the user preloads another allocator.
+  preload = os.environ.get("LD_PRELOAD", "")
+  users = any(n in preload for n in xla_env.ALLOCATOR_NAMES) and "jemalloc" not in preload
+  want = None if users else xla_env.jemalloc_path()
+  probe = "print(any('libjemalloc' in line for line in open('/proc/self/maps')))"
+  out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+  assert out.stdout.strip() == str(want is not None), (want, out.stderr)
+  if os.environ.get("PYTEST_XDIST_WORKER"):  # (with -n 0 the tests run in pytest's own process)
+    with open("/proc/self/maps") as f:
+      assert ("libjemalloc" in f.read()) == (want is not None), want
 
 
 def _programs(level: str, *args: str, devices: int = 1) -> dict:

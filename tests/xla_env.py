@@ -15,16 +15,29 @@ golden test keeps its bitwise records per CPU and per optimisation level
 (tests/test_golden.py). Benchmarks and real runs keep XLA's default. A user's own
 `--xla_backend_optimization_level` is kept
 (`XLA_FLAGS=--xla_backend_optimization_level=3 make test` runs the suite at XLA's default).
+
+The allocator. A compile also spends about a sixth of its CPU in glibc's malloc and free
+(perf on a sampler test: `_int_malloc`, `malloc_consolidate`, `unlink_chunk`, `_int_free`;
+MLIR and LLVM allocate and free many small objects). The suite's workers and every process
+a test starts run on jemalloc where the machine has it (`make test` installs Debian's
+libjemalloc2 when it can): one sampler test's CPU 43.0 -> 36.7 s. The allocator changes
+where objects live, not what is computed: the bitwise tests (the golden run, lambda 0 equal
+to GRPO, resume) pass under it unchanged. A user's own preloaded allocator is kept.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 
 from csa_jax.multiprocess_local import with_device_count
 
 OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 SUITE_FLAGS = (f"{OPT_LEVEL_FLAG}=0",)
+# Where Debian and Red Hat install jemalloc (the Makefile's sysdeps looks in the same places).
+JEMALLOC_GLOBS = ("/usr/lib/*-linux-gnu/libjemalloc.so.2", "/usr/lib64/libjemalloc.so.2")
+# A preloaded library whose name holds one of these is an allocator a user chose.
+ALLOCATOR_NAMES = ("jemalloc", "tcmalloc", "mimalloc")
 
 
 def with_suite_flags(flags: str) -> str:
@@ -47,3 +60,17 @@ def env_with_devices(devices: int, base: dict[str, str] | None = None, **extra) 
   env = dict(os.environ if base is None else base, **extra)
   env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
   return env
+
+
+def jemalloc_path() -> str | None:
+  """This machine's jemalloc shared library, or None."""
+  found = sorted(p for pattern in JEMALLOC_GLOBS for p in glob.glob(pattern))
+  return found[0] if found else None
+
+
+def with_suite_allocator(preload: str, jemalloc: str | None) -> str:
+  """An LD_PRELOAD value: `preload` with `jemalloc` first, unless `preload` already names
+  an allocator (a user's choice) or there is no jemalloc."""
+  if jemalloc is None or any(name in preload for name in ALLOCATOR_NAMES):
+    return preload
+  return " ".join([jemalloc, *preload.split()])
