@@ -56,13 +56,12 @@ def pytest_configure(config):
                 "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"):
       os.environ.setdefault(var, "0")
   # The suite compiles with LLVM's optimisation off (tests/xla_env.py says why and what it
-  # changes); the workers and the processes the tests start inherit the flags.
+  # changes); the workers and the processes the tests start inherit the flags. They also
+  # allocate with jemalloc where the machine has it (tests/xla_env.py: a sixth of a
+  # compile's CPU is glibc's malloc); pytest's main process, which only hands out files,
+  # keeps the allocator it started with.
   if not hasattr(config, "workerinput"):
     os.environ["XLA_FLAGS"] = xla_env.with_suite_flags(os.environ.get("XLA_FLAGS", ""))
-  # The workers and the processes the tests start allocate with jemalloc where the machine
-  # has it (tests/xla_env.py: a sixth of a compile's CPU is glibc's malloc). pytest's main
-  # process, which only hands out files, keeps the allocator it started with.
-  if not hasattr(config, "workerinput"):
     preload = xla_env.with_suite_allocator(os.environ.get("LD_PRELOAD", ""),
                                            xla_env.jemalloc_path())
     if preload:

@@ -67,17 +67,17 @@ def test_the_workers_and_their_processes_allocate_with_jemalloc_where_the_machin
   assert xla_env.with_suite_allocator("/x/libfoo.so", jemalloc) == f"{jemalloc} /x/libfoo.so"
   assert xla_env.with_suite_allocator("/x/libtcmalloc.so.4", jemalloc) == "/x/libtcmalloc.so.4"
   assert xla_env.with_suite_allocator(jemalloc, jemalloc) == jemalloc
-  # jemalloc where the machine has it, unless the user preloads another allocator.
-  preload = os.environ.get("LD_PRELOAD", "")
-  users = any(n in preload for n in xla_env.ALLOCATOR_NAMES) and "jemalloc" not in preload
-  want = None if users else xla_env.jemalloc_path()
+  # jemalloc where the machine has it, unless the user preloads another allocator (the rule
+  # is idempotent, so this process's own LD_PRELOAD gives what pytest's main process set).
+  want = "libjemalloc" in xla_env.with_suite_allocator(os.environ.get("LD_PRELOAD", ""),
+                                                       xla_env.jemalloc_path())
   probe = "print(any('libjemalloc' in line for line in open('/proc/self/maps')))"
   out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
-  assert out.stdout.strip() == str(want is not None), (want, out.stderr)
+  assert out.stdout.strip() == str(want), out.stderr
   if os.environ.get("PYTEST_XDIST_WORKER"):  # (with -n 0 the tests run in pytest's own process)
     with open("/proc/self/maps") as f:
-      assert ("libjemalloc" in f.read()) == (want is not None), want
+      assert ("libjemalloc" in f.read()) == want
 
 
 def _programs(level: str, *args: str, devices: int = 1) -> dict:
