@@ -18,6 +18,9 @@ After training (csa_jax/posttrain.py), on a run directory:
   python launch.py --workdir RUN --eval [--step N|sft]   held-out evaluation, per episode
   python launch.py --workdir RUN --export-hf DIR         a Hugging Face checkpoint
   python launch.py --workdir RUN --play 3 [--sample]     watch the policy play
+
+A model in llama.cpp's GGUF format (csa_jax/model/gguf.py):
+  python launch.py --import-gguf FILE DIR                a Hugging Face directory of it
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                      help="--play with sampled actions (eval.temperature) instead of greedy")
   after.add_argument("--step", default=None, metavar="N|sft",
                      help="the checkpoint to use: an RL step, or sft (default: the newest)")
+  p.add_argument("--import-gguf", nargs=2, default=None, metavar=("FILE", "DIR"),
+                 help="write a Hugging Face directory (config, float32 safetensors, tokenizer, "
+                      "chat template) of a llama / qwen2 GGUF file to DIR (new or empty), "
+                      "for model_path, and exit")
   return p.parse_args(argv)
 
 
@@ -77,6 +84,8 @@ def method_name(cfg) -> str:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  if args.import_gguf is not None:
+    return import_gguf(*args.import_gguf)
   # Imports after argument parsing so --help is instant.
   import experiments
   from csa_jax.config import ConfigError, apply_overrides, validate
@@ -206,6 +215,21 @@ def after_training(args) -> int:
     result = posttrain.evaluate(saved)
     print(posttrain.eval_report(result))
     print(f"\nwritten to {posttrain.write_eval(saved, result)}")
+  return 0
+
+
+def import_gguf(path: str, out_dir: str) -> int:
+  """--import-gguf FILE DIR (csa_jax/model/gguf.py)."""
+  from csa_jax.model import gguf
+  from csa_jax.workdir import unwritable
+  problem = unwritable(out_dir, "--import-gguf")
+  if problem:
+    fail(problem)
+  try:
+    record = gguf.import_gguf(path, out_dir)
+  except gguf.GGUFError as e:
+    fail(f"--import-gguf: {e}")
+  print(gguf.summary(record, out_dir))
   return 0
 
 
