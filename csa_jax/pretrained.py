@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import os
 from typing import Any
 
@@ -83,13 +82,11 @@ def checkpoint_model(model_path: str, model: ModelConfig) -> ModelConfig:
   """The shape of the checkpoint in `model_path` (its config.json), with `model`'s dtypes,
   remat, scanned layers and LoRA."""
   from csa_jax.model import hf  # pylint: disable=import-outside-toplevel
-  path = os.path.join(model_path, hf.CONFIG_FILE)
   try:
-    with open(path, encoding="utf-8") as f:
-      hf_cfg = json.load(f)
-    shape = hf.config_from_hf(hf_cfg, dtype=model.dtype, param_dtype=model.param_dtype,
-                              source=path)
-  except (OSError, ValueError) as e:  # a missing file, bad JSON, an HFCheckpointError
+    shape = hf.config_from_hf(hf.read_config(model_path), dtype=model.dtype,
+                              param_dtype=model.param_dtype,
+                              source=os.path.join(model_path, hf.CONFIG_FILE))
+  except hf.HFCheckpointError as e:
     raise ConfigError(f"model_path {model_path}: {str(e).splitlines()[0]}") from None
   return shape.replace(remat=model.remat, scan_layers=model.scan_layers, lora=model.lora)
 
