@@ -139,6 +139,16 @@ def _policy_pieces(cfg: ExperimentConfig, workdir: str, mesh):
   return tok, fmt, graphdef, params
 
 
+def _on_mesh(cfg: ExperimentConfig, workdir: str):
+  """(mesh, and `_policy_pieces` placed on it) for cfg.mesh."""
+  from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
+  try:
+    m = mesh_lib.make_mesh(cfg.mesh)
+  except ValueError as e:
+    raise RunError(str(e)) from None
+  return (m, *_policy_pieces(cfg, workdir, m))
+
+
 def available_steps(workdir: str) -> tuple[list[int], bool]:
   """(RL checkpoint steps, whether an SFT checkpoint exists), without opening them."""
   ckpt = os.path.join(workdir, "checkpoints")
@@ -152,7 +162,6 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
   """The policy of `workdir` at `step` ("sft", an RL checkpoint number, or None: the
   newest RL checkpoint, else the SFT weights), with `overrides` applied to its config."""
   from csa_jax import algorithms  # pylint: disable=import-outside-toplevel
-  from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
   from csa_jax import train_step as ts  # pylint: disable=import-outside-toplevel
   from csa_jax.checkpoint import Checkpointer, CheckpointError  # pylint: disable=import-outside-toplevel
   from csa_jax.config import apply_overrides  # pylint: disable=import-outside-toplevel
@@ -171,11 +180,7 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
   if step == "sft" and not has_sft:
     raise RunError(f"--workdir {workdir}: no checkpoint to load (no RL checkpoint and no "
                    "finished SFT stage)")
-  try:
-    m = mesh_lib.make_mesh(cfg.mesh)
-  except ValueError as e:
-    raise RunError(str(e)) from None
-  tok, fmt, graphdef, params = _policy_pieces(cfg, workdir, m)
+  m, tok, fmt, graphdef, params = _on_mesh(cfg, workdir)
   try:
     if step == "sft":
       params, _ = Checkpointer(os.path.join(workdir, "sft"), max_to_keep=1).restore(params)
@@ -195,16 +200,11 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
 def load_prompted(cfg: ExperimentConfig, workdir: str) -> SavedPolicy:
   """The pretrained model of `cfg` (a resolved config with a model_path) as it is, with no
   training: the prompted baseline, evaluated like a run's checkpoints (`evaluate`)."""
-  from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
   if not cfg.model_path:
     raise RunError(f"--prompted evaluates a pretrained model, and {cfg.name} trains one from "
                    "scratch: --set model_path=DIR, or an experiment with a pretrained model "
                    "(`--list` shows them)")
-  try:
-    m = mesh_lib.make_mesh(cfg.mesh)
-  except ValueError as e:
-    raise RunError(str(e)) from None
-  tok, fmt, graphdef, params = _policy_pieces(cfg, workdir, m)
+  m, tok, fmt, graphdef, params = _on_mesh(cfg, workdir)
   return SavedPolicy(cfg, workdir, "prompted", tok, fmt, graphdef, params, m)
 
 
