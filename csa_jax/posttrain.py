@@ -19,15 +19,12 @@ import json
 import os
 import shutil
 import textwrap
-import types
-import typing
-from typing import Any, Mapping
+from typing import Any
 
-from csa_jax.config import ConfigError, ExperimentConfig
+from csa_jax import workdir as workdir_lib
+from csa_jax.config import ConfigError, ExperimentConfig, from_dict
 
 CONFIG_FILE = "config.json"
-# Keys of config.json that are records of the run, not config (trainer, provenance).
-NOT_CONFIG = ("provenance",)
 
 
 class RunError(ConfigError):
@@ -36,40 +33,6 @@ class RunError(ConfigError):
 
 # ----------------------------------------------------------------------------------------
 # config.json -> ExperimentConfig.
-
-
-def _from_value(typ: Any, value: Any, key: str) -> Any:
-  origin, args = typing.get_origin(typ), typing.get_args(typ)
-  if origin in (typing.Union, types.UnionType):
-    if value is None:
-      return None
-    inner = [a for a in args if a is not type(None)]
-    return _from_value(inner[0], value, key) if len(inner) == 1 else value
-  if dataclasses.is_dataclass(typ):
-    if not isinstance(value, Mapping):
-      raise RunError(f"{CONFIG_FILE}: {key} should be a section, got {value!r}")
-    return from_dict(typ, value, key + ".")
-  if origin is tuple:
-    return tuple(value)
-  if typ is float and isinstance(value, int) and not isinstance(value, bool):
-    return float(value)
-  return value
-
-
-def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
-  """The dataclass `cls` from its `config.to_dict` form; keys the code no longer has are
-  refused (a config.json from other code), missing ones take their defaults."""
-  hints = typing.get_type_hints(cls)
-  names = {f.name for f in dataclasses.fields(cls)}
-  unknown = sorted(set(data) - names - (set(NOT_CONFIG) if not prefix else set()))
-  if unknown:
-    raise RunError(f"{CONFIG_FILE}: unknown config key {prefix + unknown[0]!r} (written by "
-                   "another version of csa-jax?)")
-  kwargs = {k: _from_value(hints[k], v, prefix + k) for k, v in data.items() if k in names}
-  try:
-    return cls(**kwargs)
-  except (TypeError, ValueError) as e:
-    raise RunError(f"{CONFIG_FILE}: {prefix or 'config'}: {e}") from None
 
 
 def load_config(workdir: str) -> ExperimentConfig:
@@ -82,7 +45,7 @@ def load_config(workdir: str) -> ExperimentConfig:
       data = json.load(f)
   except json.JSONDecodeError as e:
     raise RunError(f"{path}: malformed JSON ({e})") from None
-  return from_dict(ExperimentConfig, data)
+  return from_dict(ExperimentConfig, data, source=CONFIG_FILE)
 
 
 # ----------------------------------------------------------------------------------------
@@ -105,45 +68,19 @@ class SavedPolicy:
     return nnx.merge(self.graphdef, self.params)
 
 
-def _policy_pieces(cfg: ExperimentConfig, workdir: str, mesh):
-  """(tokenizer, prompt format, graphdef, initial params) as the trainer builds them."""
-  from flax import nnx  # pylint: disable=import-outside-toplevel
-
-  from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
-  from csa_jax import rollout as rollout_lib  # pylint: disable=import-outside-toplevel
-  from csa_jax.model import Decoder, hf  # pylint: disable=import-outside-toplevel
+def _saved_tokenizer(workdir: str):
+  """The tokenizer a from-scratch run saved (`build_policy`'s `tokenizer`)."""
   from csa_jax.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
 
-  if cfg.model_path:
-    try:
-      model, tok = hf.from_pretrained(cfg.model_path, dtype=cfg.model.dtype,
-                                      param_dtype=cfg.model.param_dtype, mesh=mesh,
-                                      rules=mesh_lib.TRAIN_RULES,
-                                      scan_layers=cfg.model.scan_layers)
-    except (ValueError, FileNotFoundError) as e:
-      raise RunError(f"model_path {cfg.model_path}: {str(e).splitlines()[0]}") from None
-    fmt = (rollout_lib.PromptFormat.chat(tok, cfg.rollout.action_format) if tok.chat_template
-           else rollout_lib.PromptFormat(action_prefix=" ",
-                                         action_format=cfg.rollout.action_format))
-  else:
+  def read(fmt):
+    del fmt  # the run's own ids, whatever it was trained on
     path = os.path.join(workdir, "tokenizer.json")
     if not os.path.isfile(path):
       raise RunError(f"--workdir {workdir}: no tokenizer.json (the run stopped before "
                      "SFT began)")
-    tok = Tokenizer.load(path)
-    fmt = rollout_lib.PromptFormat(action_format=cfg.rollout.action_format)
-    model = Decoder(cfg.model, rngs=nnx.Rngs(cfg.seed))
-    mesh_lib.shard_model(model, mesh, mesh_lib.TRAIN_RULES)
-  graphdef, params = nnx.split(model, nnx.Param)
-  return tok, fmt, graphdef, params
+    return Tokenizer.load(path)
 
-
-def available_steps(workdir: str) -> tuple[list[int], bool]:
-  """(RL checkpoint steps, whether an SFT checkpoint exists), without opening them."""
-  ckpt = os.path.join(workdir, "checkpoints")
-  steps = sorted(int(d) for d in os.listdir(ckpt) if d.isdigit()) if os.path.isdir(ckpt) else []
-  from csa_jax.config import has_sft_checkpoint  # pylint: disable=import-outside-toplevel
-  return steps, has_sft_checkpoint(workdir)
+  return read
 
 
 def load(workdir: str, step: str | None = None, overrides: list[str] | None = None,
@@ -155,12 +92,13 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
   from csa_jax import train_step as ts  # pylint: disable=import-outside-toplevel
   from csa_jax.checkpoint import Checkpointer, CheckpointError  # pylint: disable=import-outside-toplevel
   from csa_jax.config import apply_overrides  # pylint: disable=import-outside-toplevel
+  from csa_jax.policy import build_policy  # pylint: disable=import-outside-toplevel
 
   cfg = load_config(workdir)
   if mesh:
     cfg = dataclasses.replace(cfg, mesh=mesh)
   cfg = apply_overrides(cfg, list(overrides or []))
-  steps, has_sft = available_steps(workdir)
+  steps, has_sft = workdir_lib.rl_steps(workdir), workdir_lib.has_sft_checkpoint(workdir)
   if step is None:
     step = str(steps[-1]) if steps else "sft"
   if step != "sft" and not (step.isdigit() and int(step) in steps):
@@ -174,16 +112,17 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
     m = mesh_lib.make_mesh(cfg.mesh)
   except ValueError as e:
     raise RunError(str(e)) from None
-  tok, fmt, graphdef, params = _policy_pieces(cfg, workdir, m)
+  tok, fmt, graphdef, params = build_policy(cfg, m, _saved_tokenizer(workdir))
   try:
     if step == "sft":
-      params, _ = Checkpointer(os.path.join(workdir, "sft"), max_to_keep=1).restore(params)
+      params, _ = Checkpointer(os.path.join(workdir, workdir_lib.SFT),
+                               max_to_keep=1).restore(params)
     else:
       # The tree the trainer saved (train state, and the method's auxiliary state).
       tx = ts.make_optimizer(cfg.optim)
       state = ts.init_state(params, tx)
       aux = algorithms.get(cfg.algo.method).init_aux(cfg, state.params)
-      ckpt = Checkpointer(os.path.join(workdir, "checkpoints"))
+      ckpt = Checkpointer(os.path.join(workdir, workdir_lib.CHECKPOINTS))
       tree, _ = ckpt.restore(algorithms.pack_state(state, aux), int(step))
       params = algorithms.unpack_state(tree, aux)[0].params
   except CheckpointError as e:

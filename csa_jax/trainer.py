@@ -20,7 +20,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 from tqdm.auto import tqdm
 
 from csa_jax import algorithms
@@ -34,12 +33,12 @@ from csa_jax import provenance
 from csa_jax import rollout as rollout_lib
 from csa_jax import sft_progress
 from csa_jax import train_step as ts
+from csa_jax import workdir as workdir_lib
 from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.config import ExperimentConfig, micro_batches, to_dict
 from csa_jax.evaluation import evaluate
 from csa_jax.guard import NonFiniteGuard
-from csa_jax.model import Decoder, hf
-from csa_jax.policy import SamplerPolicy, sampling_config
+from csa_jax.policy import BuiltPolicy, SamplerPolicy, build_policy, sampling_config
 from csa_jax.setup_checks import SetupError, check_budgets, check_processes
 from csa_jax.sft_rows import demo_corpus, demo_rows, load_demos
 from csa_jax.signals import Interrupted, StopOnSignal
@@ -55,6 +54,9 @@ class Trainer:
 
   def __post_init__(self):
     c = self.cfg
+    if self.resume and not workdir_lib.resumable(self.workdir):
+      raise CheckpointError("--resume: no checkpoint in "
+                            f"{os.path.abspath(os.path.join(self.workdir, workdir_lib.CHECKPOINTS))}")
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = mesh_lib.make_mesh(c.mesh)
     self.algo = algorithms.get(c.algo.method)
@@ -65,9 +67,6 @@ class Trainer:
       raise SetupError(str(e)) from None
     self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"))
     self.sft_ckpt = Checkpointer(os.path.join(self.workdir, "sft"), max_to_keep=1)
-    if (self.resume and self.ckpt.latest_step() is None
-        and not sft_progress.exists(self.workdir)):
-      raise CheckpointError(f"--resume: no checkpoint in {self.ckpt.directory}")
     if dist.is_writer():
       with open(os.path.join(self.workdir, "config.json"), "w") as f:
         json.dump(to_dict(c) | {"provenance": provenance.record()}, f, indent=2)
@@ -86,29 +85,14 @@ class Trainer:
 
   # -- set-up --------------------------------------------------------------------------
 
-  def _policy(self, records):
-    """(tokenizer, prompt format, graphdef, params): a pretrained HF checkpoint when
-    `model_path` is set, else a byte-level BPE trained on the demonstrations and a
-    freshly initialised decoder of `model`'s shape."""
+  def _policy(self, records) -> BuiltPolicy:
+    """The run's policy (`build_policy`); from scratch, its tokenizer is a byte-level BPE
+    trained on the demonstrations, or the one saved in the work directory (a resume)."""
     c = self.cfg
-    if c.model_path:
-      try:
-        model, tok = hf.from_pretrained(c.model_path, dtype=c.model.dtype,
-                                        param_dtype=c.model.param_dtype,
-                                        mesh=self.mesh, rules=mesh_lib.TRAIN_RULES,
-                                        remat=c.model.remat,
-                                        scan_layers=c.model.scan_layers,
-                                        lora=c.model.lora, seed=c.seed)
-      except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
-        raise SetupError(f"model_path {c.model_path}: {str(e).splitlines()[0]}") from None
-      fmt = (rollout_lib.PromptFormat.chat(tok, c.rollout.action_format) if tok.chat_template
-             else rollout_lib.PromptFormat(action_prefix=" ",
-                                           action_format=c.rollout.action_format))
-    else:
-      fmt = rollout_lib.PromptFormat(action_format=c.rollout.action_format)
-      path = os.path.join(self.workdir, "tokenizer.json")
+    path = os.path.join(self.workdir, "tokenizer.json")
 
-      def tokenizer():
+    def tokenizer(fmt):
+      def load_or_train():
         if os.path.exists(path):  # resuming: the ids must stay the ones trained on
           return Tokenizer.load(path)
         tok = train_bpe(demo_corpus(records, fmt), c.tokenizer.vocab_size)
@@ -116,14 +100,9 @@ class Trainer:
         return tok
 
       # Process 0 trains and saves it; the others read that file (the same ids everywhere).
-      tok = dist.first_then_rest(tokenizer, "tokenizer")
-      if tok.vocab_size > c.model.vocab_size:
-        raise ValueError(f"tokenizer has {tok.vocab_size} tokens, model.vocab_size is "
-                         f"{c.model.vocab_size}")
-      model = Decoder(c.model, rngs=nnx.Rngs(c.seed))
-      mesh_lib.shard_model(model, self.mesh, mesh_lib.TRAIN_RULES)
-    graphdef, params = nnx.split(model, nnx.Param)
-    return tok, fmt, graphdef, params
+      return dist.first_then_rest(load_or_train, "tokenizer")
+
+    return build_policy(c, self.mesh, tokenizer)
 
   # -- phases --------------------------------------------------------------------------
 
@@ -181,7 +160,7 @@ class Trainer:
     packing saves little (`data.reuse_count` over `pack_counts`, saved with checkpoints so
     a resumed run lays rows out as the uninterrupted one): a run compiles a few shapes."""
     r = self.cfg.rollout
-    kw = dict(batch_size=batch_size, seq_len=r.max_prompt_tokens + r.max_action_tokens,
+    kw = dict(batch_size=batch_size, seq_len=r.seq_len,
               pad_id=self.tok.pad_id, seed=seed, epochs=epochs)
     if not (self.cfg.optim.pack_rows if pack is None else pack):
       return data_lib.batches(rows, action_len=r.max_action_tokens, **kw)

@@ -182,7 +182,7 @@ class SPA(base.Algorithm):
     r = ctx.cfg.rollout
     # At most one unit per row, so `rows` units per batch is never the binding limit.
     return base.pack(units, rows_per_batch=self._rows(ctx), units_per_batch=self._rows(ctx),
-                     seq_len=r.max_prompt_tokens + r.max_action_tokens,
+                     seq_len=r.seq_len,
                      action_len=r.max_action_tokens, pad_id=ctx.pad_id)
 
   # -- once per run: exploration and the estimator --------------------------------------
