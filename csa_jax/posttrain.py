@@ -210,6 +210,9 @@ def write_eval(saved: SavedPolicy, result: dict[str, Any]) -> str:
 # --export-hf
 
 
+ADAPTER_DIR = "adapter"
+
+
 def check_export_dir(path: str) -> None:
   from csa_jax.workdir import unwritable  # pylint: disable=import-outside-toplevel
   problem = unwritable(path, "--export-hf")
@@ -221,14 +224,22 @@ def check_export_dir(path: str) -> None:
 
 def export_hf(saved: SavedPolicy, path: str) -> list[str]:
   """A Hugging Face directory transformers loads (`AutoModelForCausalLM` and
-  `AutoTokenizer`): config.json and safetensors weights in the run's param_dtype, the
-  tokenizer (the run's own, or model_path's files), and csa_jax.json with the prompt
-  settings the policy was trained with."""
+  `AutoTokenizer`): config.json and safetensors weights in the run's param_dtype (a LoRA
+  policy merged into its base), the tokenizer (the run's own, or model_path's files), and
+  csa_jax.json with the prompt settings the policy was trained with. A LoRA policy's
+  adapters alone go to `ADAPTER_DIR` inside it, in the PEFT format (`peft.PeftModel`
+  loads them onto model_path's base); apart, because transformers, finding an
+  adapter_config.json beside config.json, would load the adapters onto that base instead
+  of reading the merged weights."""
   from csa_jax.model import hf  # pylint: disable=import-outside-toplevel
   from csa_jax.tokenizer import EOS, HF_CONFIG, PAD  # pylint: disable=import-outside-toplevel
   check_export_dir(path)
   c = saved.cfg
-  hf.save_pretrained(saved.model(), path)
+  model = saved.model()
+  hf.save_pretrained(model, path)
+  if c.model.lora.enabled:
+    hf.save_peft(model, os.path.join(path, ADAPTER_DIR),
+                 base_model_name_or_path=os.path.abspath(c.model_path) if c.model_path else "")
   if c.model_path:
     for name in os.listdir(c.model_path):
       if name.startswith(("tokenizer", "special_tokens", "generation_config", "vocab",
@@ -245,12 +256,17 @@ def export_hf(saved: SavedPolicy, path: str) -> list[str]:
   hf_cfg |= {"eos_token_id": saved.tok.eos_id, "pad_token_id": saved.tok.pad_id}
   with open(cfg_path, "w") as f:
     json.dump(hf_cfg, f, indent=2)
+  record = {"run": os.path.abspath(saved.workdir), "step": saved.step,
+            "experiment": c.name, "env": {"name": c.env.name, "kwargs": dict(c.env.kwargs)},
+            "rollout": {k: getattr(c.rollout, k) for k in (
+                "history_turns", "max_prompt_tokens", "max_action_tokens",
+                "action_format", "temperature")}}
+  if c.model.lora.enabled:  # a from-scratch base exists nowhere but in these merged weights
+    record["adapter"] = {"dir": ADAPTER_DIR, "base": (os.path.abspath(c.model_path)
+                                                      if c.model_path else
+                                                      f"from scratch, seed {c.seed} (not saved)")}
   with open(os.path.join(path, "csa_jax.json"), "w") as f:
-    json.dump({"run": os.path.abspath(saved.workdir), "step": saved.step,
-               "experiment": c.name, "env": {"name": c.env.name, "kwargs": dict(c.env.kwargs)},
-               "rollout": {k: getattr(c.rollout, k) for k in (
-                   "history_turns", "max_prompt_tokens", "max_action_tokens",
-                   "action_format", "temperature")}}, f, indent=2)
+    json.dump(record, f, indent=2)
   return sorted(os.listdir(path))
 
 
