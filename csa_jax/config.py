@@ -264,6 +264,17 @@ class EvalConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LogConfig:
+  """Where a run's metrics go besides metrics.jsonl and TensorBoard (csa_jax/loggers.py)."""
+
+  # Weights & Biases: every metrics line also becomes a row of a W&B run in the work
+  # directory (wandb/), named after the experiment. WANDB_MODE=offline keeps it on disk
+  # (`wandb sync` uploads it later); online needs a login (WANDB_API_KEY).
+  wandb: bool = False
+  wandb_project: str = "csa-jax"
+
+
+@dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
   name: str = "unnamed"
   seed: int = 0
@@ -289,6 +300,7 @@ class ExperimentConfig:
   rl_env_steps: int = 0
   checkpoint_every: int = 5
   log_every: int = 1
+  log: LogConfig = LogConfig()
   # Device memory in GiB that `launch.py --dry-run` checks the plan against (0: the
   # device's own limit where it reports one).
   device_memory_gb: float = 0.0

@@ -26,6 +26,7 @@ from csa_jax import algorithms
 from csa_jax import data as data_lib
 from csa_jax import distributed as dist
 from csa_jax import groups
+from csa_jax import loggers
 from csa_jax import mesh as mesh_lib
 from csa_jax import metrics as metrics_lib
 from csa_jax import perf as perf_lib
@@ -70,8 +71,7 @@ class Trainer:
     if dist.is_writer():
       with open(os.path.join(self.workdir, "config.json"), "w") as f:
         json.dump(to_dict(c) | {"provenance": provenance.record()}, f, indent=2)
-    self.writer = (metrics_lib.MetricsWriter(self.workdir) if dist.is_writer()
-                   else metrics_lib.NullWriter(self.workdir))
+    self.writer = loggers.open_for(c, self.workdir)
     self.np_rng = np.random.default_rng(c.seed)
     self.aux: Any = {}  # the method's auxiliary state (models, optimizer states)
     self.env_steps = 0
@@ -281,7 +281,7 @@ class Trainer:
       self.sft_ckpt.close()
       self.writer.close()
     if dist.is_writer():
-      metrics_lib.plot_learning_curve(self.writer.path,
+      loggers.plot_learning_curve(self.writer.path,
                                       os.path.join(self.workdir, "learning_curve.png"),
                                       title=f"{c.name}: {algorithms.label(c.algo)}")
     return self.summary

@@ -134,6 +134,29 @@ def test_sft_curve_and_config_provenance(run):
   assert prov["git_commit"] is None or len(prov["git_commit"]) == 40
 
 
+def test_a_damaged_metrics_line_stops_neither_the_commands_nor_a_resume(run, capsys, tmp_path):
+  """A metrics.jsonl line cut by a crash, with the next line appended to it: `--eval`
+  works, and a resume drops the line with one warning (as a damaged checkpoint is dropped)
+  and rewrites the file without it."""
+  _, src, _ = run
+  work = str(tmp_path / "damaged")
+  shutil.copytree(src, work)
+  path = os.path.join(work, "metrics.jsonl")
+  with open(path) as f:
+    lines = f.readlines()
+  with open(path, "w") as f:
+    f.writelines([lines[0], lines[1][:len(lines[1]) // 2], *lines[2:]])
+  _main_ok(capsys, "--workdir", work, "--eval", "--set", "eval.num_episodes=1",
+           "--set", "eval.sampled=false")
+  Trainer(tiny_runs.quickstart_cfg(), work, resume=True).run()  # finished: nothing to redo
+  err = capsys.readouterr().err
+  assert err.count("damaged line") == 1 and "Traceback" not in err, err
+  assert f"warning: {path}: dropped 1 damaged line(s) (line 2)" in err
+  kept = [json.dumps(json.loads(line)) for line in [lines[0], *lines[3:]]]
+  assert [json.dumps(r) for r in M.read_jsonl(path)] == kept  # (NaN != NaN in a dict)
+  assert "damaged" not in capsys.readouterr().err
+
+
 def test_sft_stopped_by_a_signal_saves_its_progress_and_resumes_bit_for_bit(run, tmp_path):
   root, work, _ = run
   cfg = tiny_runs.quickstart_cfg(iterations=0)
