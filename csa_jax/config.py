@@ -126,7 +126,7 @@ class SPAConfig:
   # "bonus" (the paper's literal form) pays +grounding for an executed one and 0 for a
   # rejected one. Both have the same contrast between executed and rejected actions;
   # "bonus" adds a constant +grounding to every step, whose discounted sum pays for
-  # episode length (issue 26: it made every coin_doors seed worse; spa.py).
+  # episode length (it made every coin_doors seed worse: reports/spa_grounding.md; spa.py).
   progress_coef: float = 1.0
   grounding: float = 0.5
   grounding_mode: str = "penalty"

@@ -1,10 +1,10 @@
 """`launch.py --list`: the registered experiments grouped by family, quickstart first.
 
 A family is what `experiments.variants.register_family` registers: `{prefix}_{method}`
-for every method of `VARIANTS`, one task and budget. The catalog reads the experiments'
-registry, so it lives beside it: the library (csa_jax) knows no experiment. Each family line says whether it runs
+for every method of `VARIANTS`, one task and budget. Each family line says whether it runs
 on a CPU or is sized for an accelerator, and whether it needs `model_path` (the presets
-sized for a pretrained checkpoint).
+sized for a pretrained checkpoint). The catalog reads the experiments' registry, so it
+lives beside it: the library (csa_jax) knows no experiment.
 """
 
 from __future__ import annotations
