@@ -29,6 +29,7 @@ import numpy as np
 from csa_jax import distributed as dist
 from csa_jax.config import ExperimentConfig, LogConfig, to_dict
 from csa_jax.metrics import EPISODES_FILE, read_jsonl, rewrite_jsonl, write_episodes
+from csa_jax.setup_checks import SetupError
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -49,11 +50,15 @@ class WandbLogger:
       run_id = uuid.uuid4().hex[:8]
       with open(id_file, "w") as f:
         f.write(run_id)
-    # console "off": the run's own output (progress bars) stays as it is.
-    self._run = wandb.init(project=log.wandb_project, dir=workdir, id=run_id, resume="allow",
-                           name=cfg.name if cfg else None,
-                           config=to_dict(cfg) if cfg else None,
-                           settings=wandb.Settings(console="off", silent=True))
+    try:
+      # console "off": the run's own output (progress bars) stays as it is.
+      self._run = wandb.init(project=log.wandb_project, dir=workdir, id=run_id,
+                             resume="allow", name=cfg.name if cfg else None,
+                             config=to_dict(cfg) if cfg else None,
+                             settings=wandb.Settings(console="off", silent=True))
+    except wandb.errors.Error as e:  # no login, no network: one line, before any training
+      raise SetupError(f"log.wandb: {(str(e).splitlines() or [type(e).__name__])[0]} "
+                       "(WANDB_MODE=offline keeps the run on disk for `wandb sync`)") from None
 
   def write(self, line: dict[str, float]) -> None:
     self._run.log(line)
@@ -69,6 +74,8 @@ class MetricsWriter:
   def __init__(self, workdir: str, tensorboard: bool = True, wandb: LogConfig | None = None,
                cfg: ExperimentConfig | None = None):
     os.makedirs(workdir, exist_ok=True)
+    # First: a W&B run that cannot start is refused before any file is opened.
+    self._wandb = WandbLogger(wandb, workdir, cfg) if wandb and wandb.wandb else None
     self.episodes_path = os.path.join(workdir, EPISODES_FILE)
     self.path = os.path.join(workdir, METRICS_FILE)
     self._f = open(self.path, "a")
@@ -76,7 +83,6 @@ class MetricsWriter:
     if tensorboard:
       from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
       self._tb = SummaryWriter(os.path.join(workdir, "tb"))
-    self._wandb = WandbLogger(wandb, workdir, cfg) if wandb and wandb.wandb else None
 
   def write(self, step: int, metrics: dict[str, Any], tb_step: int | None = None) -> None:
     """One line at `step` (JSONL and W&B); TensorBoard gets the values at `tb_step`

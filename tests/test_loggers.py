@@ -12,6 +12,8 @@ import pytest
 
 from csa_jax import loggers
 from csa_jax import metrics as M
+from csa_jax.config import LogConfig
+from csa_jax.setup_checks import SetupError
 from csa_jax.trainer import Trainer
 from tests import tiny_runs
 
@@ -32,6 +34,21 @@ def test_writer_and_plot(tmp_path):
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def _no_wandb_home(monkeypatch, tmp_path):
+  for var, sub in (("WANDB_CONFIG_DIR", "config"), ("WANDB_CACHE_DIR", "cache"),
+                   ("WANDB_DATA_DIR", "data")):
+    monkeypatch.setenv(var, str(tmp_path / sub))  # nothing written outside the test
+
+
+def test_wandb_online_without_a_login_is_one_line(tmp_path, monkeypatch):
+  _no_wandb_home(monkeypatch, tmp_path)
+  monkeypatch.delenv("WANDB_API_KEY", raising=False)
+  monkeypatch.setenv("WANDB_MODE", "online")
+  with pytest.raises(SetupError, match=r"^log.wandb: No API key configured.*WANDB_MODE=offline"):
+    loggers.MetricsWriter(str(tmp_path / "run"), tensorboard=False,
+                          wandb=LogConfig(wandb=True))
+
+
 def _wandb_history(run_dir) -> list[dict]:
   """The rows of the W&B run files under `run_dir`, by wandb's own reader, without the
   keys W&B adds itself (_step, _runtime, _timestamp)."""
@@ -49,9 +66,7 @@ def _same(a, b) -> bool:
 
 def test_a_run_with_wandb_offline_logs_the_metrics_lines_to_its_run(tmp_path, monkeypatch,
                                                                        twx_sft_start):
-  for var, sub in (("WANDB_CONFIG_DIR", "config"), ("WANDB_CACHE_DIR", "cache"),
-                   ("WANDB_DATA_DIR", "data")):
-    monkeypatch.setenv(var, str(tmp_path / sub))  # nothing written outside the test
+  _no_wandb_home(monkeypatch, tmp_path)
   monkeypatch.setenv("WANDB_MODE", "offline")
   src, _ = twx_sft_start
   cfg = tiny_runs.twx_cfg("twx_coin_grpo", 1, str(tmp_path / "no_demos"), f"sft.init_from={src}",
