@@ -51,7 +51,8 @@ def build_policy(cfg: ExperimentConfig, mesh,
                                       seed=cfg.seed)
     except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
       raise SetupError(f"model_path {cfg.model_path}: {str(e).splitlines()[0]}") from None
-    fmt = (rollout_lib.PromptFormat.chat(tok, cfg.rollout.action_format) if tok.chat_template
+    fmt = (rollout_lib.PromptFormat.chat(tok, cfg.rollout.action_format,
+                                         cfg.rollout.system_prompt) if tok.chat_template
            else rollout_lib.PromptFormat(action_prefix=" ",
                                          action_format=cfg.rollout.action_format))
   else:
