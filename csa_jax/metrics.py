@@ -94,6 +94,9 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
 
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
 EPISODE_KEYS = ("step", "policy", "split", "index", "success", "length", "return")
+# Per held-out task, the probability of the oracle action at its first step
+# (csa_jax/evaluation.py, OracleProbs): step, policy ("eval_oracle"), split, index, prob.
+ORACLE_FILE = os.path.join("eval", "oracle_probs.jsonl")
 
 
 def episode_records(trajs, step: int, policy: str) -> list[dict[str, Any]]:
@@ -133,6 +136,7 @@ class MetricsWriter:
   def __init__(self, workdir: str, tensorboard: bool = True):
     os.makedirs(workdir, exist_ok=True)
     self.episodes_path = os.path.join(workdir, EPISODES_FILE)
+    self.oracle_path = os.path.join(workdir, ORACLE_FILE)
     self.path = os.path.join(workdir, "metrics.jsonl")
     self._f = open(self.path, "a")
     self._tb = None
@@ -155,14 +159,17 @@ class MetricsWriter:
   def episodes(self, records: list[dict[str, Any]]) -> None:
     write_episodes(self.episodes_path, records)
 
+  def oracle_probs(self, records: list[dict[str, Any]]) -> None:
+    write_episodes(self.oracle_path, records)
+
   def drop_after(self, step: int) -> None:
     """Removes the JSONL lines of steps after `step` (resuming from a checkpoint there),
-    and a last line cut short by a kill mid-write; the same for episode records."""
+    and a last line cut short by a kill mid-write; the same for episode and oracle records."""
     self.keep(lambda r: r["step"] <= step)
-    if os.path.exists(self.episodes_path):
-      rewrite_jsonl(self.episodes_path, [
-          r for r in read_jsonl(self.episodes_path, tolerate_partial_last=True)
-          if r["step"] <= step])
+    for path in (self.episodes_path, self.oracle_path):
+      if os.path.exists(path):
+        rewrite_jsonl(path, [r for r in read_jsonl(path, tolerate_partial_last=True)
+                             if r["step"] <= step])
 
   def keep(self, predicate) -> None:
     """Keeps only the metrics lines (records) for which `predicate` is true."""
@@ -187,6 +194,9 @@ class NullWriter:
     del step, metrics, tb_step
 
   def episodes(self, records: list[dict[str, Any]]) -> None:
+    del records
+
+  def oracle_probs(self, records: list[dict[str, Any]]) -> None:
     del records
 
   def drop_after(self, step: int) -> None:

@@ -36,7 +36,7 @@ from csa_jax import sft_progress
 from csa_jax import train_step as ts
 from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.config import ExperimentConfig, micro_batches, to_dict
-from csa_jax.evaluation import evaluate
+from csa_jax.evaluation import OracleProbs, evaluate
 from csa_jax.guard import NonFiniteGuard
 from csa_jax.model import Decoder, hf
 from csa_jax.policy import SamplerPolicy, sampling_config
@@ -340,18 +340,31 @@ class Trainer:
         meta["phase"] = "rl"  # a finished run extended with a larger rl_iterations
 
     eval_keys = {k: p.key for k, p in self.policies.items() if k != "rollout"}
+    oracle = (OracleProbs(graphdef, self.tok, c, self.fmt, sampling_config(
+        c, self.tok, greedy=False, temperature=c.eval.temperature))
+        if c.eval.oracle_prob else None)
 
-    def evaluate_all(label: str, step: int) -> tuple[dict, list[dict]]:
-      """(rates, per-episode records) of every held-out evaluation. Every evaluation
-      samples with the same keys: SFT and RL are compared on common random numbers (and
-      task by task), and an evaluation depends on nothing but the parameters."""
+    def evaluate_all(label: str, step: int, every: bool = False) -> tuple[dict, list[dict]]:
+      """(rates, per-episode records) of every held-out evaluation, and the oracle action's
+      probabilities (eval.oracle_prob; written here). Every evaluation samples with the
+      same keys: SFT and RL are compared on common random numbers (and task by task), and
+      an evaluation depends on nothing but the parameters. `every`: an intermediate one
+      (eval.every_episodes tasks, greedy only with eval.every_greedy)."""
       out, episodes = {}, []
+      n = (c.eval.every_episodes or None) if every else None
       for prefix, key in eval_keys.items():
+        if every and prefix == "eval" and not c.eval.every_greedy:
+          continue
         policy = self.policies[prefix]
         policy.key = key
-        m, trajs = evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix, self.fmt)
+        m, trajs = evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix, self.fmt,
+                            num_episodes=n)
         out |= m
         episodes += dist.episode_records(trajs, step, prefix)
+      if oracle is not None:
+        probs = oracle(live.params(), n)
+        out |= {"eval_oracle/prob": float(probs.mean()), "eval_oracle/tasks": len(probs)}
+        self.writer.oracle_probs(oracle.records(probs, step))
       return out, episodes
 
     if meta["phase"] == "start":
@@ -361,6 +374,10 @@ class Trainer:
       live.update(state.params)
       if m is None:
         m, episodes = evaluate_all("SFT", 0)
+      elif oracle is not None:  # an SFT start's evaluation: its oracle probabilities too
+        probs = oracle(live.params())
+        m = m | {"eval_oracle/prob": float(probs.mean()), "eval_oracle/tasks": len(probs)}
+        self.writer.oracle_probs(oracle.records(probs, 0))
       # workdir/sft: the KL reference, and the start of any run naming this one in
       # `sft.init_from` (which copies its evaluation, episodes included).
       if self.sft_ckpt.latest_step() is None:
@@ -393,7 +410,7 @@ class Trainer:
         last = it + 1
         if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
           with self.perf.phase("eval"):
-            em, episodes = evaluate_all(f"it {it + 1}", it + 1)
+            em, episodes = evaluate_all(f"it {it + 1}", it + 1, every=True)
           m |= em
           self.writer.episodes(episodes)
         timing = self.perf.metrics()

@@ -43,8 +43,11 @@ from csa_jax import config as csa_config
 
 # Per-episode outcomes (csa_jax/metrics.py, EPISODES_FILE) make paired per-task tests
 # possible; runs written before they were kept have none.
-RESULT_FILES = ("metrics.jsonl", "config.json", os.path.join("eval", "episodes.jsonl"))
-OPTIONAL_RESULT_FILES = (os.path.join("eval", "episodes.jsonl"),)
+# The oracle action's probability per task (eval.oracle_prob) where a run computed it.
+RESULT_FILES = ("metrics.jsonl", "config.json", os.path.join("eval", "episodes.jsonl"),
+                os.path.join("eval", "oracle_probs.jsonl"))
+OPTIONAL_RESULT_FILES = (os.path.join("eval", "episodes.jsonl"),
+                         os.path.join("eval", "oracle_probs.jsonl"))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
