@@ -205,21 +205,27 @@ def build(runs: list[Run], tests: dict[str, Any]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--name", required=True)
-  p.add_argument("--reports-dir", default="reports")
-  a = p.parse_args(argv)
-  study = os.path.join(a.reports_dir, a.name)
+def page(reports_dir: str, name: str) -> str:
+  """confirm.md's text for the study `reports_dir/name`."""
+  study = os.path.join(reports_dir, name)
   tests_path = os.path.join(study, "tests.json")
   if not os.path.exists(tests_path):
     raise SystemExit(f"confirm: {tests_path} is absent (the study's registered tests)")
   with open(tests_path) as f:
     tests = json.load(f)
   runs, _ = load_runs(os.path.join(study, "runs"))
-  out = os.path.join(study, "confirm.md")
+  return build(runs, tests)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--name", required=True)
+  p.add_argument("--reports-dir", default="reports")
+  a = p.parse_args(argv)
+  text = page(a.reports_dir, a.name)
+  out = os.path.join(a.reports_dir, a.name, "confirm.md")
   with open(out, "w") as f:
-    f.write(build(runs, tests))
+    f.write(text)
   print(out)
 
 
