@@ -195,6 +195,14 @@ class AlgoConfig:
   row_weight: str = "episode"
   epochs: int = 1
   minibatch_size: int = 64
+  # Which rows the update trains on: "all", or "decisive" (the steps whose oracle label is
+  # +1 or -1; routine steps, label 0, are left out): a diagnostic on environments with
+  # exact labels (csa_jax/oracle_rows.py).
+  update_rows: str = "all"
+  # Log per iteration the policy gradient's norm, the entropy and the mean |advantage| of
+  # the decisive and the routine rows apart (rows/ metrics; needs oracle labels; one more
+  # forward and backward pass over the iteration's rows).
+  log_row_classes: bool = False
   istar: IStarConfig = IStarConfig()
   spa: SPAConfig = SPAConfig()
   mtdpo: MDPOConfig = MDPOConfig()
@@ -261,6 +269,16 @@ class EvalConfig:
   sampled: bool = True
   # Evaluate every this many RL iterations (0: only before and after RL).
   every: int = 0
+  # Held-out tasks of those intermediate evaluations (the first N of the final one's; 0:
+  # num_episodes), and whether they run greedy too (else only the sampled evaluation, the
+  # policy RL optimises, as a learning curve needs).
+  every_episodes: int = 0
+  every_greedy: bool = True
+  # Also at every evaluation: the exact probability, under the sampled evaluation's
+  # distribution, that the policy writes the environment's oracle action at each held-out
+  # task's first step (environments with `oracle_action`, e.g. KeyDoor's right key): the
+  # decisive choice's success without sampling noise (eval/oracle_probs.jsonl per task).
+  oracle_prob: bool = False
   # Temperature of the sampled evaluation ("eval_sampled/"); 0: the rollout temperature
   # (the policy RL optimises). verl-agent validates at 0.4.
   temperature: float = 0.0
@@ -455,6 +473,12 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"eval_split == train_split it must be >= env.num_train_tasks "
        f"({cfg.env.num_train_tasks}) and sft.num_demos"),
       (cfg.eval.greedy or cfg.eval.sampled, "eval.greedy and eval.sampled are both off"),
+      (cfg.eval.every_episodes <= cfg.eval.num_episodes,
+       f"eval.every_episodes={cfg.eval.every_episodes} exceeds eval.num_episodes="
+       f"{cfg.eval.num_episodes} (an intermediate evaluation takes the first of its tasks)"),
+      (cfg.eval.every_greedy or cfg.eval.sampled or not cfg.eval.every,
+       "eval.every_greedy=false with eval.sampled=false leaves the intermediate "
+       "evaluations nothing to run"),
   ]
   for ok, msg in checks:
     if not ok:

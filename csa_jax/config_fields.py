@@ -230,6 +230,10 @@ FIELDS: dict[str, Field] = {
                               ge(0)),
     "algo.row_weight": F("weight of one agent step: 'step' (all alike) or 'episode' (an "
                          "episode's steps share one weight)", one_of(("step", "episode"))),
+    "algo.update_rows": F("rows the update trains on: all, or decisive (oracle label "
+                          "+-1; routine rows left out)", one_of(("all", "decisive"))),
+    "algo.log_row_classes": F("log gradient norm, entropy and |advantage| of decisive and "
+                              "routine rows apart (needs oracle labels)"),
     "algo.epochs": F("passes over an iteration's rows", ge(1)),
     "algo.minibatch_size": F("rows per RL update", ge(1)),
     "algo.istar.beta": F("iStar: implicit PRM reward scale", gt(0)),
@@ -285,6 +289,11 @@ FIELDS: dict[str, Field] = {
     "eval.greedy": F("evaluate with greedy actions"),
     "eval.sampled": F("evaluate with actions sampled at eval.temperature"),
     "eval.every": F("evaluate every N RL iterations (0: before and after RL only)", ge(0)),
+    "eval.every_episodes": F("held-out tasks of the intermediate evaluations (0: "
+                             "eval.num_episodes)", ge(0)),
+    "eval.every_greedy": F("intermediate evaluations also greedy (else sampled only)"),
+    "eval.oracle_prob": F("also the exact probability of the oracle action at each "
+                          "held-out task's first step"),
     "eval.temperature": F("temperature of the sampled evaluation (0: the rollout's)", ge(0)),
     # log
     "log.wandb": F("also log every metrics line to Weights & Biases (WANDB_MODE=offline: on "

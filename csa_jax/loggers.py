@@ -28,7 +28,7 @@ import numpy as np
 
 from csa_jax import distributed as dist
 from csa_jax.config import ExperimentConfig, LogConfig, to_dict
-from csa_jax.metrics import EPISODES_FILE, read_jsonl, rewrite_jsonl, write_episodes
+from csa_jax.metrics import EPISODES_FILE, ORACLE_FILE, read_jsonl, rewrite_jsonl, write_episodes
 from csa_jax.setup_checks import SetupError
 
 METRICS_FILE = "metrics.jsonl"
@@ -77,6 +77,7 @@ class MetricsWriter:
     # First: a W&B run that cannot start is refused before any file is opened.
     self._wandb = WandbLogger(wandb, workdir, cfg) if wandb and wandb.wandb else None
     self.episodes_path = os.path.join(workdir, EPISODES_FILE)
+    self.oracle_path = os.path.join(workdir, ORACLE_FILE)
     self.path = os.path.join(workdir, METRICS_FILE)
     self._f = open(self.path, "a")
     self._tb = None
@@ -103,14 +104,17 @@ class MetricsWriter:
   def episodes(self, records: list[dict[str, Any]]) -> None:
     write_episodes(self.episodes_path, records)
 
+  def oracle_probs(self, records: list[dict[str, Any]]) -> None:
+    write_episodes(self.oracle_path, records)
+
   def drop_after(self, step: int) -> None:
     """Removes the JSONL lines of steps after `step` (resuming from a checkpoint there),
-    and a last line cut short by a kill mid-write; the same for episode records."""
+    and a last line cut short by a kill mid-write; the same for episode and oracle records."""
     self.keep(lambda r: r["step"] <= step)
-    if os.path.exists(self.episodes_path):
-      rewrite_jsonl(self.episodes_path, [
-          r for r in read_jsonl(self.episodes_path, tolerate_partial_last=True)
-          if r["step"] <= step])
+    for path in (self.episodes_path, self.oracle_path):
+      if os.path.exists(path):
+        rewrite_jsonl(path, [r for r in read_jsonl(path, tolerate_partial_last=True)
+                             if r["step"] <= step])
 
   def keep(self, predicate) -> None:
     """Keeps only the metrics lines (records) for which `predicate` is true."""
@@ -137,6 +141,9 @@ class NullWriter:
     del step, metrics, tb_step
 
   def episodes(self, records: list[dict[str, Any]]) -> None:
+    del records
+
+  def oracle_probs(self, records: list[dict[str, Any]]) -> None:
     del records
 
   def drop_after(self, step: int) -> None:

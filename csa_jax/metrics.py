@@ -95,6 +95,9 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
 
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
 EPISODE_KEYS = ("step", "policy", "split", "index", "success", "length", "return")
+# Per held-out task, the probability of the oracle action at its first step
+# (csa_jax/evaluation.py, OracleProbs): step, policy ("eval_oracle"), split, index, prob.
+ORACLE_FILE = os.path.join("eval", "oracle_probs.jsonl")
 
 
 def episode_records(trajs, step: int, policy: str) -> list[dict[str, Any]]:

@@ -40,7 +40,7 @@ from csa_jax import train_step as ts
 from csa_jax import workdir as workdir_lib
 from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.config import ExperimentConfig, micro_batches, to_dict
-from csa_jax.evaluation import evaluate
+from csa_jax.evaluation import OracleProbs, evaluate
 from csa_jax.guard import NonFiniteGuard
 from csa_jax.policy import BuiltPolicy, SamplerPolicy, build_policy, sampling_config
 from csa_jax.setup_checks import SetupError, check_budgets, check_processes
@@ -104,6 +104,7 @@ class Trainer:
     self.ref_params = self.ctx = self.bar = None
     self.policies: dict[str, SamplerPolicy] = {}  # rollout, eval (greedy), eval_sampled
     self.eval_keys: dict[str, jax.Array] = {}  # the evaluations' fixed keys
+    self.oracle: OracleProbs | None = None  # the oracle action's probability (eval.oracle_prob)
 
   # -- set-up --------------------------------------------------------------------------
 
@@ -156,6 +157,9 @@ class Trainer:
             key=dist.process_key(jax.random.fold_in(key, 2 + greedy)), mesh=self.live.mesh,
             temperature=c.eval.temperature)
     self.eval_keys = {k: p.key for k, p in self.policies.items() if k != "rollout"}
+    if c.eval.oracle_prob:
+      self.oracle = OracleProbs(self.graphdef, self.tok, c, self.fmt, sampling_config(
+          c, self.tok, greedy=False, temperature=c.eval.temperature))
     meta = {"phase": "start", "iteration": 0}
     if self.resume and self.ckpt.latest_step() is not None:  # else SFT's progress, if any
       state, meta = self._restore(state)
@@ -331,19 +335,35 @@ class Trainer:
     if self.cfg.rl_iterations > 0 and meta["phase"] != "done":
       self._final_evaluation(state, last)
 
-  def _evaluate_all(self, label: str, step: int) -> tuple[dict, list[dict]]:
-    """(rates, per-episode records) of every held-out evaluation. Every evaluation
-    samples with the same keys: SFT and RL are compared on common random numbers (and
-    task by task), and an evaluation depends on nothing but the parameters."""
+  def _evaluate_all(self, label: str, step: int, every: bool = False
+                    ) -> tuple[dict, list[dict]]:
+    """(rates, per-episode records) of every held-out evaluation, and the oracle action's
+    probabilities (eval.oracle_prob; written here). Every evaluation samples with the
+    same keys: SFT and RL are compared on common random numbers (and task by task), and
+    an evaluation depends on nothing but the parameters. `every`: an intermediate one
+    (eval.every_episodes tasks, greedy only with eval.every_greedy)."""
+    c = self.cfg
     out, episodes = {}, []
+    n = (c.eval.every_episodes or None) if every else None
     for prefix, key in self.eval_keys.items():
+      if every and prefix == "eval" and not c.eval.every_greedy:
+        continue
       policy = self.policies[prefix]
       policy.key = key
-      m, trajs = evaluate(self.pool, policy, self.tok, self.cfg, f"{label} ({prefix})", prefix,
-                          self.fmt)
+      m, trajs = evaluate(self.pool, policy, self.tok, c, f"{label} ({prefix})", prefix,
+                          self.fmt, num_episodes=n)
       out |= m
       episodes += dist.episode_records(trajs, step, prefix)
-    return out, episodes
+    return out | self._oracle_probs(step, n), episodes
+
+  def _oracle_probs(self, step: int, n: int | None = None) -> dict:
+    """The oracle action's mean probability over n held-out tasks (all: None), its
+    per-task records written; nothing without eval.oracle_prob."""
+    if self.oracle is None:
+      return {}
+    probs = self.oracle(self.live.params(), n)
+    self.writer.oracle_probs(self.oracle.records(probs, step))
+    return {"eval_oracle/prob": float(probs.mean()), "eval_oracle/tasks": len(probs)}
 
   def _sft_phase(self, state, records):
     """The SFT parameters (`_sft_stage`) and their held-out evaluation; the train state
@@ -355,6 +375,8 @@ class Trainer:
     self.live.update(state.params)
     if m is None:
       m, episodes = self._evaluate_all("SFT", 0)
+    else:  # an SFT start's copied evaluation: its oracle probabilities too
+      m = m | self._oracle_probs(0)
     # workdir/sft: the KL reference, and the start of any run naming this one in
     # `sft.init_from` (which copies its evaluation, episodes included).
     if self.sft_ckpt.latest_step() is None:
@@ -407,7 +429,7 @@ class Trainer:
     del state  # the samplers read the live parameters
     if it < self.cfg.rl_iterations:
       with self.perf.phase("eval"):
-        em, episodes = self._evaluate_all(f"it {it}", it)
+        em, episodes = self._evaluate_all(f"it {it}", it, every=True)
       m |= em
       self.writer.episodes(episodes)
 

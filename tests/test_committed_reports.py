@@ -17,7 +17,7 @@ import shlex
 
 import pytest
 
-from studies import invalid_credit, plots, report
+from studies import confirm, invalid_credit, plots, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORTS = os.path.join(ROOT, "reports")
@@ -72,6 +72,20 @@ def test_page_and_tables_regenerate(name):
   study = report.load_study(REPORTS, name)
   for path, text in report.text_files(study).items():
     assert_same(path, text.encode(), f"python -m studies.report --name {name}")
+
+
+CONFIRM_STUDIES = [n for n in STUDIES if os.path.exists(os.path.join(REPORTS, n, "tests.json"))]
+
+
+@pytest.mark.parametrize("name", CONFIRM_STUDIES)
+def test_registered_tests_regenerate(name):
+  """A study with registered tests (tests.json) has its confirm.md, as studies.confirm
+  writes it from the committed runs."""
+  path = os.path.join(REPORTS, name, "confirm.md")
+  assert os.path.exists(path), f"reports/{name}/confirm.md is absent: run " \
+      f"`python -m studies.confirm --name {name}` and commit it"
+  assert_same(path, confirm.page(REPORTS, name).encode(),
+              f"python -m studies.confirm --name {name}")
 
 
 @pytest.mark.slow
