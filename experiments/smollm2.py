@@ -34,8 +34,26 @@ expert's episodes with this tokenizer and system message:
   (`python -m benchmarks.prompt_lengths --exp EXP` measures these.)
 
 The environment settings are the from-scratch families' (experiments/keydoor.py,
-experiments/alfworld.py), so a study can put both policies side by side; budgets are the
-CPU's (COST_NOTE).
+experiments/alfworld.py; ALFWorld's step limit aside), so a study can put both policies
+side by side. Budgets are the CPU's:
+
+- keydoor_h4_smollm2: SFT on all 100 noisy demonstrations (500 rows), 2 epochs of 32-row
+  batches at 2e-4; RL 4 tasks x G = 8 (160 environment steps an iteration) up to 4,000
+  environment steps (25 iterations), minibatches of 32 rows in micro-batches of 8, at
+  5e-5; 200 held-out episodes per evaluation, greedy and sampled.
+- alfworld_smollm2: SFT on 100 demonstrations (about 600 rows), 2 epochs of 16 rows; RL
+  4 tasks x G = 4 for 10 iterations, micro-batches of 4; 20 episodes on unseen floor plans
+  per evaluation.
+
+Measured cost, `python launch.py --exp keydoor_h4_smollm2_csa --set rl_iterations=1 --set
+sft.num_demos=8 --set sft.epochs=1 --set eval.num_episodes=4` on a fresh cache, on 2 cores
+shared with other runs (load average 16-19: 7.2 min of CPU in 24.3 min of wall time, peak
+memory 3.0 GB): the import 14-22 s; SFT's 2 batches 248 s (the first compiles); each of the
+four 4-episode evaluations 29-59 s (the first of each mode compiles the sampler); the RL
+iteration (160 environment steps) 764 s, of which sampling 190 s (5 generated tokens/s) and
+the update 571 s (its first call compiles), padding 6 % of the sampler's prompt slots and of
+the training tokens. The full keydoor budget is about 25 such iterations after an SFT of 32
+batches; on that machine a run takes hours, which the real-model speed work is to cut.
 """
 
 import dataclasses
