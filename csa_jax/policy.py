@@ -30,17 +30,18 @@ class BuiltPolicy(NamedTuple):
 
 
 def build_policy(cfg: ExperimentConfig, mesh,
-                 tokenizer: Callable[[rollout_lib.PromptFormat], Tokenizer]) -> BuiltPolicy:
+                 tokenizer: Callable[[rollout_lib.PromptFormat], Tokenizer] | None = None
+                 ) -> BuiltPolicy:
   """The run's policy as `cfg` describes it, its parameters placed on `mesh` by the
   training rules.
 
   With `model_path`: that Hugging Face checkpoint's weights and tokenizer, prompts in its
   chat template where it has one, and the model's remat, scan and LoRA settings (adapters
-  drawn from the seed over the frozen base). Else a decoder of `model`'s shape initialised
-  from the seed, reading raw prompt text, with the run's own tokenizer: `tokenizer(fmt)`
-  (the trainer trains it on the demonstrations, or reads back the one it saved; the
-  post-training commands read the saved one). A checkpoint restores into what this
-  returns, so everything that shapes the parameter tree is decided here and only here.
+  drawn from the seed over the frozen base); `tokenizer` is not called. Else a decoder of
+  `model`'s shape initialised from the seed, reading raw prompt text, with the run's own
+  tokenizer: `tokenizer(fmt)` (the trainer trains it on the demonstrations, or reads back
+  the one it saved; the post-training commands read the saved one). A checkpoint restores
+  into what this returns, so everything that shapes the parameter tree is decided here.
   """
   if cfg.model_path:
     try:
