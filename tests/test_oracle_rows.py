@@ -53,11 +53,27 @@ def test_step_classes():
     oracle_rows.step_classes(unlabelled.arrays.oracle_BxGxT, unlabelled.arrays.mask_BxGxT)
 
 
-def _ctx(**algo):
-  cfg = ExperimentConfig(rollout=RolloutConfig(tasks_per_iter=1, group_size=4, max_turns=3),
-                         algo=AlgoConfig(estimator="grpo", **algo))
-  return base.Context(cfg=cfg, graphdef=None, tx=None, sampling_cfg=SCFG, batches=None,
+def _ctx(graphdef=None, **algo):
+  cfg = ExperimentConfig(rollout=RolloutConfig(tasks_per_iter=1, group_size=4, max_turns=3,
+                                               max_prompt_tokens=PROMPT, max_action_tokens=ACT),
+                         algo=AlgoConfig(estimator="grpo", minibatch_size=8, **algo))
+  return base.Context(cfg=cfg, graphdef=graphdef, tx=None, sampling_cfg=SCFG, batches=None,
                       to_device=None, pad_id=0, play=None, workdir="")
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_log_row_classes_reaches_the_estimator_methods_metrics(on):
+  """algo.log_row_classes: the iteration's metrics hold rows/ values of both classes, and
+  none when off; the rows trained on are the same either way."""
+  gb = groups.from_episodes(_episodes(np.random.default_rng(3), [1, 0, 1, 0]), 4, 3)
+  graphdef, params = nnx.split(Decoder(CFG, rngs=nnx.Rngs(0)), nnx.Param)
+  prep = estimator_lib.EstimatorAlgorithm().prepare(_ctx(graphdef, log_row_classes=on), 0,
+                                                    gb, params, {})
+  logged = {k for k in prep.metrics if k.startswith("rows/")}
+  want = {f"rows/{c}_{m}" for c in oracle_rows.CLASSES
+          for m in ("pg_grad_norm", "entropy", "abs_adv", "rows")}
+  assert logged == (want if on else set())
+  assert len(prep.rows) == 12
 
 
 def test_decisive_update_keeps_the_decisive_rows_with_their_advantages():

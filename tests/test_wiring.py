@@ -621,6 +621,10 @@ WIRING_TESTS = {
     "spa": ["test_algorithms::test_spa_estimator_learns_and_progress_matches_row_by_row"],
     "mtdpo": ["test_wiring::test_mdpo_reference_scores_come_from_the_configured_reference",
               "test_algorithms::test_mdpo_step_raises_the_winners_margin"],
+    "update_rows": ["test_oracle_rows::"
+                    "test_decisive_update_keeps_the_decisive_rows_with_their_advantages"],
+    "log_row_classes": ["test_oracle_rows::"
+                        "test_log_row_classes_reaches_the_estimator_methods_metrics"],
 }
 
 
