@@ -127,12 +127,13 @@ def run_values(run: Run, sft: Run | None) -> dict[str, float]:
 # ----------------------------------------------------------------------------- the page
 
 
-def _ci(values: Sequence[float], digits: int = 3) -> str:
-  m, lo, hi = mean_ci(values)
+def _ci(values: Sequence[float], digits: int = 3, signed: bool = True) -> str:
+  """`mean [low, high]` over the finite values; a sign on differences only."""
+  m, lo, hi = mean_ci([v for v in values if np.isfinite(v)])
   if not np.isfinite(m):
     return ""
-  return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]" if np.isfinite(lo) else \
-      f"{m:+.{digits}f}"
+  f = f"{'+' if signed else ''}.{digits}f"
+  return f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) else f"{m:{f}}"
 
 
 def _p(p: float) -> str:
@@ -186,7 +187,7 @@ def build(runs: list[Run], tests: dict[str, Any]) -> str:
       cells = []
       for k in metrics:
         own = [x[k] for x in v.values() if np.isfinite(x[k])]
-        cell = _ci(own, 3 if k != "to_sft_plus_10" else 0)
+        cell = _ci(own, 3 if k != "to_sft_plus_10" else 0, signed=False)
         g = values.get((h, "grpo"))
         if g and m not in ("grpo", SFT) and k != "to_sft_plus_10":
           d = paired_deltas({s: x[k] for s, x in v.items()}, {s: x[k] for s, x in g.items()})
@@ -204,21 +205,27 @@ def build(runs: list[Run], tests: dict[str, Any]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--name", required=True)
-  p.add_argument("--reports-dir", default="reports")
-  a = p.parse_args(argv)
-  study = os.path.join(a.reports_dir, a.name)
+def page(reports_dir: str, name: str) -> str:
+  """confirm.md's text for the study `reports_dir/name`."""
+  study = os.path.join(reports_dir, name)
   tests_path = os.path.join(study, "tests.json")
   if not os.path.exists(tests_path):
     raise SystemExit(f"confirm: {tests_path} is absent (the study's registered tests)")
   with open(tests_path) as f:
     tests = json.load(f)
   runs, _ = load_runs(os.path.join(study, "runs"))
-  out = os.path.join(study, "confirm.md")
+  return build(runs, tests)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--name", required=True)
+  p.add_argument("--reports-dir", default="reports")
+  a = p.parse_args(argv)
+  text = page(a.reports_dir, a.name)
+  out = os.path.join(a.reports_dir, a.name, "confirm.md")
   with open(out, "w") as f:
-    f.write(build(runs, tests))
+    f.write(text)
   print(out)
 
 

@@ -214,6 +214,14 @@ def plot_vs_horizon(rows: list[dict[str, Any]], png: str) -> None:
   plt.close(fig)
 
 
+def figure_names(rows: list[dict[str, Any]]) -> list[str]:
+  """The figures `write_plots` draws for these summary rows: the three, and the difference
+  to GRPO against the horizon where a method other than GRPO has one at some horizon."""
+  vs_horizon = any(r["horizon"] is not None and np.isfinite(r.get("delta_vs_grpo_mean", NAN))
+                   and r["method"] != "grpo" for r in rows)
+  return list(PLOTS) + ([HORIZON_PLOT] if vs_horizon else [])
+
+
 def write_plots(runs: list[Run], rows: list[dict[str, Any]], out_dir: str) -> list[str]:
   """The three figures (a row or panel per group) and, where the runs have a horizon and
   GRPO ran, the difference to GRPO against the horizon; returns their paths."""
@@ -234,15 +242,13 @@ def write_plots(runs: list[Run], rows: list[dict[str, Any]], out_dir: str) -> li
     per_seed = {m: paired_deltas({r.seed: final_rate(r, SAMPLED)[0] for r in by_method[m]},
                                  sft) for m in methods}
     finals.append((label, [r for r in rows if (r["family"], r["horizon"]) == key], per_seed))
-  paths = [os.path.join(out_dir, p) for p in PLOTS]
+  paths = [os.path.join(out_dir, p) for p in figure_names(rows)]
   _curve_plot(curves, paths[0], ylabel="held-out success (sampled)",
               title="held-out success vs env interactions (mean over seeds, 95% CI)")
   _curve_plot(training, paths[1], ylabel="training-rollout success",
               title=f"training rollouts ({SMOOTH_ITERS}-iteration moving average, 95% CI)")
   plot_final(finals, paths[2])
-  if any(r["horizon"] is not None and np.isfinite(r.get("delta_vs_grpo_mean", NAN))
-         and r["method"] != "grpo" for r in rows):
-    paths.append(os.path.join(out_dir, HORIZON_PLOT))
+  if len(paths) > len(PLOTS):
     plot_vs_horizon(rows, paths[-1])
   return paths
 

@@ -39,13 +39,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import io
 import json
 import os
 from typing import Any, Sequence
 
 import numpy as np
 
-from studies.plots import HORIZON_PLOT, PLOTS, write_plots
+from studies.plots import HORIZON_PLOT, PLOTS, figure_names, write_plots
 from studies.runs import (EPISODES_FILE, SFT, GroupKey, Pairs, Run, config_value, csv_cell,
                           final_outcomes, group_label, group_runs, load_runs, order_methods,
                           pair_outcomes, per_run_row, run_scalars, start_outcomes, table_order,
@@ -157,13 +159,14 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
 
 
 
-def write_csv(rows: list[dict[str, Any]], path: str, columns: Sequence[str] = CSV_COLUMNS
-              ) -> None:
-  with open(path, "w", newline="") as f:
-    w = csv.writer(f, lineterminator="\n")
-    w.writerow(columns)
-    for r in rows:
-      w.writerow([csv_cell(r.get(c)) for c in columns])
+def csv_text(rows: list[dict[str, Any]], columns: Sequence[str] = CSV_COLUMNS) -> str:
+  buf = io.StringIO()
+  w = csv.writer(buf, lineterminator="\n")
+  w.writerow(columns)
+  for r in rows:
+    w.writerow([csv_cell(r.get(c)) for c in columns])
+  return buf.getvalue()
+
 
 # ----------------------------------------------------------------------------- markdown
 
@@ -360,22 +363,50 @@ def markdown(name: str, study_dir: str, runs: list[Run], unfinished: list[str],
 # ----------------------------------------------------------------------------- main
 
 
-def write_report(reports_dir: str, name: str) -> list[str]:
-  """Writes the CSVs, the plots and the Markdown page; returns their paths."""
-  study_dir = os.path.join(reports_dir, name)
-  runs_dir = os.path.join(study_dir, "runs")
+@dataclasses.dataclass(frozen=True)
+class Study:
+  """A study's finished runs and its summary rows, read from `reports_dir/name/runs/`."""
+  reports_dir: str
+  name: str
+  runs: list[Run]
+  unfinished: list[str]
+  rows: list[dict[str, Any]]
+
+  @property
+  def study_dir(self) -> str:
+    return os.path.join(self.reports_dir, self.name)
+
+
+def load_study(reports_dir: str, name: str) -> Study:
+  runs_dir = os.path.join(reports_dir, name, "runs")
   if not os.path.isdir(runs_dir):
     raise SystemExit(f"no runs directory {runs_dir}")
   runs, unfinished = load_runs(runs_dir)
-  rows = summarize(runs)
-  csv_path = os.path.join(study_dir, "summary.csv")
-  write_csv(rows, csv_path)
-  per_run_path = os.path.join(study_dir, "per_run.csv")
-  write_csv([per_run_row(r) for r in table_order(runs)], per_run_path, PER_RUN_COLUMNS)
-  pngs = write_plots(runs, rows, study_dir)
-  md_path = os.path.join(reports_dir, f"{name}.md")
-  with open(md_path, "w") as f:
-    f.write(markdown(name, study_dir, runs, unfinished, rows, pngs))
+  return Study(reports_dir, name, runs, unfinished, summarize(runs))
+
+
+def text_files(study: Study) -> dict[str, str]:
+  """The report's text files by path: summary.csv, per_run.csv and the page, built in
+  memory (nothing drawn, nothing written), so that a test can hold a committed page
+  against what its inputs give today."""
+  d = study.study_dir
+  per_run = [per_run_row(r) for r in table_order(study.runs)]
+  page = markdown(study.name, d, study.runs, study.unfinished, study.rows,
+                  figure_names(study.rows))
+  return {os.path.join(d, "summary.csv"): csv_text(study.rows),
+          os.path.join(d, "per_run.csv"): csv_text(per_run, PER_RUN_COLUMNS),
+          os.path.join(study.reports_dir, f"{study.name}.md"): page}
+
+
+def write_report(reports_dir: str, name: str) -> list[str]:
+  """Writes the CSVs, the plots and the Markdown page; returns their paths."""
+  study = load_study(reports_dir, name)
+  texts = text_files(study)
+  pngs = write_plots(study.runs, study.rows, study.study_dir)
+  for path, text in texts.items():
+    with open(path, "w", newline="") as f:
+      f.write(text)
+  csv_path, per_run_path, md_path = texts
   return [csv_path, per_run_path, *pngs, md_path]
 
 
