@@ -69,6 +69,9 @@ class RolloutConfig:
   # <action>...</action> (verl-agent's format; csa_jax/rollout.py, `parse_action`);
   # max_action_tokens then budgets the reasoning too.
   action_format: str = "bare"
+  # A chat model's system message before each prompt (empty: the chat template's default,
+  # if it writes one). Every prompt token costs compute at every step: keep it short.
+  system_prompt: str = ""
   # Prompt rows per prefill pass of the sampler (0: all num_envs at once): a long prompt's
   # attention scores are what a big model's sampling runs out of memory on.
   prefill_chunk: int = 0
@@ -281,13 +284,21 @@ class ExperimentConfig:
   mesh: str = "1x1"
   env: EnvConfig = EnvConfig()
   tokenizer: TokenizerConfig = TokenizerConfig()
-  # A local Hugging Face directory (Llama 3.x / Qwen2.x): the policy starts from it and
-  # `model` only sets dtypes. Empty: a decoder of `model`'s shape trained from scratch.
+  # A local Hugging Face directory (Llama 3.x / Qwen2.x): the policy starts from it; its
+  # shape replaces `model`'s when the run's config is resolved (csa_jax/pretrained.py), and
+  # `model` keeps the dtypes, remat, scanned layers and LoRA. Empty: a decoder of `model`'s
+  # shape trained from scratch.
   model_path: str = ""
-  # The pretrained checkpoint a full-size experiment is sized for (e.g.
-  # "meta-llama/Llama-3.1-8B-Instruct"): such a run needs `model_path` pointing at a local
-  # copy of it (`--dry-run` does not). Empty: any policy, from scratch or `model_path`.
+  # The pretrained checkpoint the experiment is for (e.g. "meta-llama/Llama-3.1-8B-Instruct"):
+  # such a run needs `model_path` pointing at a local copy of it (`--dry-run` does not),
+  # unless it is packaged with the project (csa_jax/pretrained.py, PACKAGED:
+  # "HuggingFaceTB/SmolLM2-135M-Instruct"), which is imported into the cache on first use.
+  # Empty: any policy, from scratch or `model_path`.
   pretrained: str = ""
+  # Where model_path's weights came from (its path, sha256s, the GGUF file it was imported
+  # from), recorded when the config is resolved against it (csa_jax/pretrained.py); from
+  # then on the length checks apply to `model`. Empty: not resolved, or from scratch.
+  model_origin: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   model: ModelConfig = dataclasses.field(default_factory=lambda: ModelConfig.tiny(vocab_size=1024))
   rollout: RolloutConfig = RolloutConfig()
   algo: AlgoConfig = AlgoConfig()
@@ -406,12 +417,14 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   if problem:
     raise ConfigError(problem)
   r, a = cfg.rollout, cfg.algo
+  # `model` is a pretrained checkpoint's shape only once the config is resolved.
+  shape_unknown = bool(cfg.model_path) and not cfg.model_origin
   checks = [
       (not r.prefill_chunk or sampler_rows(r) % r.prefill_chunk == 0,
        f"rollout.prefill_chunk={r.prefill_chunk} must divide the sampler's rows per call "
        f"({sampler_rows(r)}: rollout.num_envs, halved rounding up with rollout.overlap) "
        "(0: off)"),
-      (cfg.model_path or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
+      (shape_unknown or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
        f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
        f"{cfg.model.max_seq_len}"),
@@ -472,11 +485,15 @@ def has_sft_checkpoint(run_dir: str) -> bool:
   return os.path.isdir(sft) and any(d.isdigit() for d in os.listdir(sft))
 
 
-def demos_dir(cfg: ExperimentConfig) -> str:
-  if cfg.sft.demos_dir:
-    return cfg.sft.demos_dir
+def cache_dir(*parts: str) -> str:
+  """$CSA_JAX_CACHE (default ~/.cache/csa_jax), or a folder in it: what runs build once and
+  share (demonstrations, imported models)."""
   root = os.environ.get("CSA_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "csa_jax"))
-  return os.path.join(root, "demos")
+  return os.path.join(root, *parts)
+
+
+def demos_dir(cfg: ExperimentConfig) -> str:
+  return cfg.sft.demos_dir or cache_dir("demos")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -122,10 +122,14 @@ FIELDS: dict[str, Field] = {
     "tokenizer.vocab_size": F("size of the byte-level BPE trained on the demonstrations "
                               "(from-scratch policies; 256 bytes + pad + end at least)",
                               ge(258)),
-    "model_path": F("a local Hugging Face Llama/Qwen2 directory to start from; empty: a "
-                    "decoder of `model`'s shape trained from scratch"),
-    "pretrained": F("the checkpoint a full-size preset is sized for (then model_path is "
-                    "required); empty: any policy"),
+    "model_origin": F("where model_path's weights came from (path, sha256s, GGUF source): "
+                      "recorded when the run's config is resolved, not set by hand"),
+    "model_path": F("a local Hugging Face Llama/Qwen2 directory to start from (its shape "
+                    "replaces model's at start); empty: a decoder of `model`'s shape "
+                    "trained from scratch"),
+    "pretrained": F("the checkpoint the experiment is for: model_path is required, unless "
+                    "it is packaged (imported into the cache on first use); empty: any "
+                    "policy"),
     # model (csa_jax/model/config.py checks these too when they are set)
     "model.vocab_size": F("embedding rows (>= the tokenizer's size)", ge(1)),
     "model.hidden_size": F("width of the residual stream", ge(1)),
@@ -185,6 +189,8 @@ FIELDS: dict[str, Field] = {
                         "observation text", one_of(("state", "faithful"))),
     "rollout.action_format": F("'bare': the answer is the action; 'think': reasoning, then "
                                "<action>...</action>", one_of(("bare", "think"))),
+    "rollout.system_prompt": F("a chat model's system message (empty: its template's "
+                               "default); unused by from-scratch policies"),
     "rollout.prefill_chunk": F("prompt rows per prefill pass (0: all at once); divides the "
                                "sampler's rows", ge(0)),
     "rollout.overlap": F("step one half of the environments while the device samples for "

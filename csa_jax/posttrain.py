@@ -122,7 +122,8 @@ def _policy_pieces(cfg: ExperimentConfig, workdir: str, mesh):
                                       scan_layers=cfg.model.scan_layers)
     except (ValueError, FileNotFoundError) as e:
       raise RunError(f"model_path {cfg.model_path}: {str(e).splitlines()[0]}") from None
-    fmt = (rollout_lib.PromptFormat.chat(tok, cfg.rollout.action_format) if tok.chat_template
+    fmt = (rollout_lib.PromptFormat.chat(tok, cfg.rollout.action_format,
+                                         cfg.rollout.system_prompt) if tok.chat_template
            else rollout_lib.PromptFormat(action_prefix=" ",
                                          action_format=cfg.rollout.action_format))
   else:
@@ -191,6 +192,44 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
   return SavedPolicy(cfg, workdir, step, tok, fmt, graphdef, params, m)
 
 
+def load_prompted(cfg: ExperimentConfig, workdir: str) -> SavedPolicy:
+  """The pretrained model of `cfg` (a resolved config with a model_path) as it is, with no
+  training: the prompted baseline, evaluated like a run's checkpoints (`evaluate`)."""
+  from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
+  if not cfg.model_path:
+    raise RunError(f"--prompted evaluates a pretrained model, and {cfg.name} trains one from "
+                   "scratch: --set model_path=DIR, or an experiment with a pretrained model "
+                   "(`--list` shows them)")
+  try:
+    m = mesh_lib.make_mesh(cfg.mesh)
+  except ValueError as e:
+    raise RunError(str(e)) from None
+  tok, fmt, graphdef, params = _policy_pieces(cfg, workdir, m)
+  return SavedPolicy(cfg, workdir, "prompted", tok, fmt, graphdef, params, m)
+
+
+def write_prompted(saved: SavedPolicy, result: dict[str, Any]) -> list[str]:
+  """The prompted baseline's files, read the way a run's evaluation is: config.json,
+  metrics.jsonl (its rates at step 0, where a run has its SFT evaluation),
+  eval/episodes.jsonl (one record per episode) and eval/step_prompted.json."""
+  from csa_jax import metrics as metrics_lib  # pylint: disable=import-outside-toplevel
+  from csa_jax import provenance  # pylint: disable=import-outside-toplevel
+  from csa_jax.config import to_dict  # pylint: disable=import-outside-toplevel
+  os.makedirs(saved.workdir, exist_ok=True)
+  with open(os.path.join(saved.workdir, CONFIG_FILE), "w") as f:
+    json.dump(to_dict(saved.cfg) | {"provenance": provenance.record() | {
+        "policy": "prompted: the pretrained model, no training"}}, f, indent=2)
+  writer = metrics_lib.MetricsWriter(saved.workdir, tensorboard=False)
+  try:
+    writer.keep(lambda r: False)  # an earlier evaluation of this directory is replaced
+    writer.write(0, result["metrics"] | {"perf/env_steps_total": 0})
+    writer.episodes(result["episodes"])
+  finally:
+    writer.close()
+  return [os.path.join(saved.workdir, CONFIG_FILE), writer.path, writer.episodes_path,
+          write_eval(saved, result)]
+
+
 def _sampler(saved: SavedPolicy, greedy: bool):
   """The evaluation sampler with the key the run's own evaluations used."""
   import jax  # pylint: disable=import-outside-toplevel
@@ -221,7 +260,7 @@ def evaluate(saved: SavedPolicy) -> dict[str, Any]:
   from csa_jax import distributed as dist  # pylint: disable=import-outside-toplevel
   from csa_jax.evaluation import evaluate as trainer_evaluate  # pylint: disable=import-outside-toplevel
   c = saved.cfg
-  step = 0 if saved.step == "sft" else int(saved.step)
+  step = 0 if saved.step in ("sft", "prompted") else int(saved.step)
   out: dict[str, Any] = {"step": saved.step, "split": c.env.eval_split,
                          "first_task": c.eval.first_task, "metrics": {}, "episodes": []}
   with _pool(c) as pool:

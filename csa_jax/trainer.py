@@ -101,7 +101,8 @@ class Trainer:
                                         lora=c.model.lora, seed=c.seed)
       except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
         raise SetupError(f"model_path {c.model_path}: {str(e).splitlines()[0]}") from None
-      fmt = (rollout_lib.PromptFormat.chat(tok, c.rollout.action_format) if tok.chat_template
+      fmt = (rollout_lib.PromptFormat.chat(tok, c.rollout.action_format,
+                                           c.rollout.system_prompt) if tok.chat_template
              else rollout_lib.PromptFormat(action_prefix=" ",
                                            action_format=c.rollout.action_format))
     else:

@@ -1,7 +1,9 @@
 """After training, on one tiny run (TextWorldExpress, tiny decoder, one RL iteration):
 `--eval` repeats the run's own held-out numbers, `--export-hf` writes a checkpoint that
 transformers loads with the same logits, `--play` prints episodes; and SFT stopped by a
-signal saves its progress and, resumed, ends where the uninterrupted SFT ends."""
+signal saves its progress and, resumed, ends where the uninterrupted SFT ends. Before any
+training, `--prompted` evaluates a pretrained model (a small GGUF import) and writes its
+results where a study reads a run's evaluation."""
 
 import json
 import os
@@ -20,6 +22,7 @@ from csa_jax.checkpoint import Checkpointer
 from csa_jax.signals import Interrupted
 from csa_jax.trainer import Trainer
 from tests import tiny_runs
+from tests.gguf_files import train_vocab, write_gguf
 
 REL_TOL = 1e-4  # tests/test_hf_parity.py: fp32 logits within 1e-4 of the logits' scale
 
@@ -157,3 +160,61 @@ def test_sft_stopped_by_a_signal_saves_its_progress_and_resumes_bit_for_bit(run,
   curve = [r["sft/batch"] for r in M.read_jsonl(os.path.join(stopped, "metrics.jsonl"))
            if "sft/batch" in r]
   assert curve == list(range(1, len(curve) + 1))  # each batch once, across the stop
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+  """A Hugging Face directory imported from a small GGUF file (ChatML, untrained weights)."""
+  from csa_jax.model import gguf  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.mktemp("small_model")
+  write_gguf(root / "m.gguf", train_vocab(), qtype="Q8_0")
+  gguf.import_gguf(str(root / "m.gguf"), str(root / "hf"))
+  return str(root / "hf")
+
+
+PROMPTED = ["--exp", "keydoor_h4_csa", "--prompted", "--set", "eval.num_episodes=3",
+            "--set", "rollout.max_prompt_tokens=224", "--set", "rollout.max_action_tokens=8"]
+
+
+def test_prompted_baseline_is_written_as_a_runs_evaluation(small_model, capsys, tmp_path):
+  from studies import report  # pylint: disable=import-outside-toplevel
+  work = str(tmp_path / "prompted_seed0")
+  argv = PROMPTED + ["--set", f"model_path={small_model}", "--workdir", work]
+  out = _main_ok(capsys, *argv)
+  assert "prompted baseline" in out and "greedy" in out and "sampled" in out
+  with open(os.path.join(work, "config.json")) as f:
+    cfg = json.load(f)
+  assert cfg["model"]["hidden_size"] == 256 and cfg["model_origin"]["gguf"]["sha256"]
+  assert cfg["provenance"]["policy"].startswith("prompted")
+  # A study reads it as it reads a run: its evaluation at step 0, episode by episode.
+  loaded = report.load_run("", "prompted_seed0", work)
+  assert loaded.method == "prompted" and list(loaded.steps) == [0]
+  for prefix in ("eval", "eval_sampled"):
+    episodes = loaded.episodes[(prefix, 0)]
+    assert sorted(i for _, i in episodes) == [0, 1, 2]
+    assert loaded.steps[0][f"{prefix}/success"] == pytest.approx(
+        np.mean([e.success for e in episodes.values()]))
+  with open(os.path.join(work, "eval", "step_prompted.json")) as f:
+    assert json.load(f)["metrics"] == {k: v for k, v in loaded.steps[0].items()
+                                       if k.startswith("eval")}
+  # Evaluated again: the same numbers (fixed sampler keys), written once, not twice.
+  _main_ok(capsys, *argv)
+  assert len(M.read_jsonl(os.path.join(work, "metrics.jsonl"))) == 1
+  assert report.load_run("", "prompted_seed0", work).steps == loaded.steps
+  assert len(M.read_jsonl(os.path.join(work, M.EPISODES_FILE))) == 6
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--exp", "keydoor_h4_csa", "--prompted"], "--prompted evaluates a pretrained model, and "
+                                                "keydoor_h4_csa trains one from scratch"),
+    (PROMPTED + ["--set", "model_path={model}", "--workdir", "{run}"], "holds a training run"),
+    (PROMPTED + ["--set", "model_path={model}", "--resume"], "--prompted trains nothing"),
+    (["--workdir", "{run}", "--eval", "--prompted"], "drop --exp"),
+], ids=["from-scratch", "a-run", "resume", "after-training"])
+def test_prompted_refusals_are_one_line(run, small_model, capsys, argv, needle):
+  _, work, _ = run
+  with pytest.raises(SystemExit) as e:
+    launch.main([a.format(run=work, model=small_model) for a in argv])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert e.value.code == 2 and len(err) == 1, err
+  assert err[0].startswith("launch.py: error: ") and needle in err[0], err
