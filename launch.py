@@ -99,7 +99,7 @@ def main(argv=None) -> int:
   from csa_jax.config import ConfigError, apply_overrides, validate
 
   if args.list is not None:
-    from csa_jax import catalog
+    from experiments import catalog
     try:
       print(catalog.listing(args.list))
     except KeyError as e:
@@ -152,15 +152,10 @@ def main(argv=None) -> int:
   problem = unwritable(workdir)
   if problem:
     fail(problem)
-  ckpt_dir = os.path.join(workdir, "checkpoints")
-  from csa_jax import sft_progress
-  has_ckpt = ((os.path.isdir(ckpt_dir) and any(d.isdigit() for d in os.listdir(ckpt_dir)))
-              or sft_progress.exists(workdir))
-  if has_ckpt and not args.resume:
+  from csa_jax.workdir import CHECKPOINTS, resumable
+  if resumable(workdir) and not args.resume:  # (--resume without one: the Trainer refuses)
     fail(f"{workdir} already holds checkpoints; pass --resume to continue it, or choose "
          "another --workdir")
-  if args.resume and not has_ckpt:
-    fail(f"--resume: no checkpoint in {ckpt_dir}")
 
   from csa_jax.checkpoint import CheckpointError
   from csa_jax.signals import Interrupted
@@ -188,7 +183,7 @@ def main(argv=None) -> int:
     print(f"launch.py: {e}{more}", file=sys.stderr)
     return e.exit_code
   except NonFiniteError as e:
-    print(f"launch.py: error: {e} (checkpoints in {ckpt_dir})", file=sys.stderr)
+    print(f"launch.py: error: {e} (checkpoints in {os.path.join(workdir, CHECKPOINTS)})", file=sys.stderr)
     return 1
   print()
   print(f"Held-out evaluation ({cfg.eval.num_episodes} tasks of the {cfg.env.eval_split} "
@@ -238,16 +233,15 @@ def after_training(args) -> int:
 def prompted(cfg, args) -> int:
   """--prompted: the pretrained model's held-out evaluation with no training."""
   from csa_jax import posttrain
-  from csa_jax.config import has_sft_checkpoint
   from csa_jax.setup_checks import SetupError, check_environment
-  from csa_jax.workdir import unwritable
+  from csa_jax.workdir import CHECKPOINTS, has_sft_checkpoint, unwritable
   if args.resume:
     fail("--prompted trains nothing: drop --resume")
   workdir = args.workdir or os.path.join("runs", f"{cfg.name}_prompted")
   problem = unwritable(workdir)
   if problem:
     fail(problem)
-  if has_sft_checkpoint(workdir) or os.path.isdir(os.path.join(workdir, "checkpoints")):
+  if has_sft_checkpoint(workdir) or os.path.isdir(os.path.join(workdir, CHECKPOINTS)):
     fail(f"{workdir} holds a training run; --prompted writes its own directory: choose "
          "another --workdir")
   try:

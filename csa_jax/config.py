@@ -16,6 +16,7 @@ import typing
 from typing import Any, Mapping
 
 from csa_jax import config_fields
+from csa_jax.workdir import has_sft_checkpoint
 from csa_jax.model import ModelConfig
 
 
@@ -83,6 +84,12 @@ class RolloutConfig:
   # ScienceWorld); benchmarks/iteration.py measures it.
   overlap: bool = False
 
+  @property
+  def seq_len(self) -> int:
+    """The longest sequence a step makes: its prompt and its action, each at its budget
+    (a training row's length; at most model.max_seq_len)."""
+    return self.max_prompt_tokens + self.max_action_tokens
+
 
 @dataclasses.dataclass(frozen=True)
 class IStarConfig:
@@ -122,7 +129,7 @@ class SPAConfig:
   # "bonus" (the paper's literal form) pays +grounding for an executed one and 0 for a
   # rejected one. Both have the same contrast between executed and rejected actions;
   # "bonus" adds a constant +grounding to every step, whose discounted sum pays for
-  # episode length (issue 26: it made every coin_doors seed worse; spa.py).
+  # episode length (it made every coin_doors seed worse: reports/spa_grounding.md; spa.py).
   progress_coef: float = 1.0
   grounding: float = 0.5
   grounding_mode: str = "penalty"
@@ -278,6 +285,17 @@ class EvalConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LogConfig:
+  """Where a run's metrics go besides metrics.jsonl and TensorBoard (csa_jax/loggers.py)."""
+
+  # Weights & Biases: every metrics line also becomes a row of a W&B run in the work
+  # directory (wandb/), named after the experiment. WANDB_MODE=offline keeps it on disk
+  # (`wandb sync` uploads it later); online needs a login (WANDB_API_KEY).
+  wandb: bool = False
+  wandb_project: str = "csa-jax"
+
+
+@dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
   name: str = "unnamed"
   seed: int = 0
@@ -311,6 +329,7 @@ class ExperimentConfig:
   rl_env_steps: int = 0
   checkpoint_every: int = 5
   log_every: int = 1
+  log: LogConfig = LogConfig()
   # Device memory in GiB that `launch.py --dry-run` checks the plan against (0: the
   # device's own limit where it reports one).
   device_memory_gb: float = 0.0
@@ -424,9 +443,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"rollout.prefill_chunk={r.prefill_chunk} must divide the sampler's rows per call "
        f"({sampler_rows(r)}: rollout.num_envs, halved rounding up with rollout.overlap) "
        "(0: off)"),
-      (shape_unknown or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
+      (shape_unknown or r.seq_len <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
-       f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
+       f"{r.seq_len} exceeds model.max_seq_len "
        f"{cfg.model.max_seq_len}"),
       # Narrower than the two fields' ranges (config_fields.py: what the sampler accepts):
       # RL's importance ratio needs the untruncated distribution.
@@ -477,14 +496,6 @@ def micro_batches(optim: "OptimConfig", batch_size: int) -> int:
   return batch_size // optim.micro_batch_size if optim.micro_batch_size else 1
 
 
-def has_sft_checkpoint(run_dir: str) -> bool:
-  """Whether `run_dir` is a run whose SFT stage finished: its sft/ directory holds a
-  saved step (orbax names steps by number and writes them under a temporary name until
-  they are complete)."""
-  sft = os.path.join(run_dir, "sft")
-  return os.path.isdir(sft) and any(d.isdigit() for d in os.listdir(sft))
-
-
 def cache_dir(*parts: str) -> str:
   """$CSA_JAX_CACHE (default ~/.cache/csa_jax), or a folder in it: what runs build once and
   share (demonstrations, imported models)."""
@@ -499,3 +510,45 @@ def demos_dir(cfg: ExperimentConfig) -> str:
 def to_dict(cfg: Any) -> dict[str, Any]:
   """A JSON-ready view of a config tree."""
   return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+# Keys of a run's config.json that are records of the run, not config.
+RECORDS = ("provenance",)
+
+
+def from_dict(cls: type, data: Mapping[str, Any], source: str = "config",
+              _prefix: str = "") -> Any:
+  """The config dataclass `cls` back from its `to_dict` form (a run's config.json, or one
+  section of it): keys the code no longer has are refused (a config from other code),
+  missing ones take their defaults. `source` names the file in messages."""
+  if not isinstance(data, Mapping):
+    raise ConfigError(f"{source}: {_prefix.rstrip('.') or 'config'} should be a section, "
+                      f"got {data!r}")
+  hints = typing.get_type_hints(cls)
+  names = {f.name for f in dataclasses.fields(cls)}
+  unknown = sorted(set(data) - names - (set(RECORDS) if cls is ExperimentConfig else set()))
+  if unknown:
+    raise ConfigError(f"{source}: unknown config key {_prefix + unknown[0]!r} (written by "
+                      "another version of csa-jax?)")
+  kwargs = {k: _from_value(hints[k], v, source, _prefix + k) for k, v in data.items()
+            if k in names}
+  try:
+    return cls(**kwargs)
+  except (TypeError, ValueError) as e:
+    raise ConfigError(f"{source}: {_prefix.rstrip('.') or 'config'}: {e}") from None
+
+
+def _from_value(typ: Any, value: Any, source: str, key: str) -> Any:
+  origin, args = typing.get_origin(typ), typing.get_args(typ)
+  if origin in (typing.Union, types.UnionType):
+    if value is None:
+      return None
+    inner = [a for a in args if a is not type(None)]
+    return _from_value(inner[0], value, source, key) if len(inner) == 1 else value
+  if dataclasses.is_dataclass(typ):
+    return from_dict(typ, value, source, key + ".")
+  if origin is tuple:
+    return tuple(value)
+  if typ is float and isinstance(value, int) and not isinstance(value, bool):
+    return float(value)
+  return value

@@ -295,6 +295,10 @@ FIELDS: dict[str, Field] = {
     "eval.oracle_prob": F("also the exact probability of the oracle action at each "
                           "held-out task's first step"),
     "eval.temperature": F("temperature of the sampled evaluation (0: the rollout's)", ge(0)),
+    # log
+    "log.wandb": F("also log every metrics line to Weights & Biases (WANDB_MODE=offline: on "
+                   "disk only, in the work directory's wandb/)"),
+    "log.wandb_project": F("the W&B project the run is logged to"),
     # top level
     "rl_iterations": F("RL iterations (0: SFT and its evaluation only)", ge(0)),
     "rl_env_steps": F("RL budget in environment steps (0: none, rl_iterations only)", ge(0)),

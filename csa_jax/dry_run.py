@@ -144,7 +144,7 @@ def plan(cfg: ExperimentConfig, *, log=print) -> Plan:
   mesh = mesh_lib.make_mesh(cfg.mesh)
   mcfg, source = model_config(cfg)
   r, a = cfg.rollout, cfg.algo
-  seq_len, act_len = r.max_prompt_tokens + r.max_action_tokens, r.max_action_tokens
+  seq_len, act_len = r.seq_len, r.max_action_tokens
   if seq_len > mcfg.max_seq_len:
     mcfg = mcfg.replace(max_seq_len=seq_len)  # the checkpoint's own limit is far larger
   abstract = nnx.eval_shape(lambda: Decoder(mcfg, rngs=nnx.Rngs(0)))

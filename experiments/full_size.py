@@ -141,7 +141,7 @@ def alfworld_full(prefix: str) -> ExperimentConfig:
                     train_split="train", eval_split="eval_unseen", num_train_tasks=1000,
                     pool_backend="process"),
       pretrained=checkpoint,
-      model=preset(shape, max_seq_len=r.max_prompt_tokens + r.max_action_tokens),
+      model=preset(shape, max_seq_len=r.seq_len),
       rollout=r,
       algo=dataclasses.replace(RECIPE_ALGO, ref_dtype=LEAN_REFERENCE),
       optim=dataclasses.replace(RECIPE_OPTIM, micro_batch_size=micro, mu_dtype=LEAN_MU),

@@ -21,10 +21,17 @@ turn. Every prompt token costs about 0.27 GFLOP of forward pass (2 x 135M), so t
 and action budgets are set just above what the chat-rendered prompts need, measured on the
 expert's episodes with this tokenizer and system message:
 
-- keydoor_h4 (history of one turn): 76-82 prompt tokens (mean 80 over 500 steps), 23 of
-  them the chat markup and system message; the expert's actions take 3-4 tokens with the
-  end token. Budgets: 88 prompt tokens, 6 action tokens.
-- alfworld (history of one turn): PROMPT_NOTE
+- keydoor_h4 (history of one turn): 70-76 prompt tokens (mean 74.1 over the 500 steps of
+  the 100 demonstrations), 23 of them the chat markup and system message; the expert's
+  actions take 3-4 tokens with the end token. Budgets: 80 prompt tokens, 6 action tokens.
+- alfworld (history of two turns): 148-288 prompt tokens (mean 221, 95th percentile 278,
+  over the 120 steps of 20 demonstrations); the action lists are long, and the prompt
+  builder gives them at most half the budget and the task line a quarter, so the budget
+  that keeps every list whole is 365 tokens. Budgets: 384 prompt tokens, 16 action tokens
+  (the expert's take 5-13). The step limit is 20 (the from-scratch family's 50 would let
+  a failing episode cost 50 prompts of ~250 tokens; the expert's plans took 6 steps on
+  average, at most 9, on 20 training tasks).
+  (`python -m benchmarks.prompt_lengths --exp EXP` measures these.)
 
 The environment settings are the from-scratch families' (experiments/keydoor.py,
 experiments/alfworld.py), so a study can put both policies side by side; budgets are the
@@ -62,7 +69,7 @@ def keydoor_h4() -> ExperimentConfig:
       cfg,
       rollout=dataclasses.replace(cfg.rollout, num_envs=32),
       algo=AlgoConfig(epochs=1, minibatch_size=32),
-      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0),
+      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0, micro_batch_size=8),
       sft=SFTConfig(num_demos=100, epochs=2, batch_size=32, learning_rate=2e-4,
                     demo_filter="all"),
       eval=EvalConfig(num_episodes=200, greedy=True, sampled=True, every=0),
@@ -77,7 +84,7 @@ def alfworld_cpu() -> ExperimentConfig:
       rollout=dataclasses.replace(cfg.rollout, tasks_per_iter=4, group_size=4,
                                   max_turns=ALFWORLD_STEPS, num_envs=16),
       algo=AlgoConfig(epochs=1, minibatch_size=16),
-      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0, micro_batch_size=8),
+      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0, micro_batch_size=4),
       sft=SFTConfig(num_demos=100, epochs=2, batch_size=16, learning_rate=2e-4),
       eval=EvalConfig(num_episodes=20, greedy=True, sampled=True, every=0),
       rl_iterations=10, checkpoint_every=2)

@@ -31,11 +31,10 @@ def state_terms(arrays, algo_dict: dict, rollout_dict: dict) -> dict[str, np.nda
 
   from csa_jax import advantages as adv_lib
   from csa_jax.algorithms import estimator as estimator_lib
-  from csa_jax.config import AlgoConfig, RolloutConfig
-  from studies.credit import config_from_dict
+  from csa_jax.config import AlgoConfig, RolloutConfig, from_dict
 
-  algo = config_from_dict(AlgoConfig, algo_dict)
-  rollout = config_from_dict(RolloutConfig, rollout_dict)
+  algo = from_dict(AlgoConfig, algo_dict, source="meta.json")
+  rollout = from_dict(RolloutConfig, rollout_dict, source="meta.json")
   rewards, _ = estimator_lib.shaped_rewards(arrays, algo, rollout)
   mask = arrays.mask_BxGxT
   _, a_s = adv_lib.csa_state_components(jnp.asarray(rewards), jnp.asarray(arrays.logp_BxGxT),

@@ -43,7 +43,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from csa_jax import config as csa_config
+from csa_jax import workdir as workdir_lib
 
 # Per-episode outcomes (csa_jax/metrics.py, EPISODES_FILE) make paired per-task tests
 # possible; runs written before they were kept have none.
@@ -114,7 +114,7 @@ class Sweep:
   def _sft_ready(self, sft: str) -> bool:
     """The SFT run has saved its parameters (workdir/sft holds a finished step; the
     directory itself exists from the run's first second)."""
-    return csa_config.has_sft_checkpoint(os.path.join(self.work_root, sft))
+    return workdir_lib.has_sft_checkpoint(os.path.join(self.work_root, sft))
 
   def command(self, run: Run) -> list[str]:
     workdir = os.path.join(self.work_root, run.name)

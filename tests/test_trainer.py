@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import experiments
+from csa_jax import loggers
 from csa_jax import metrics as M
 from csa_jax.config import apply_overrides
 from csa_jax.evaluation import summary_table
@@ -47,7 +48,7 @@ def test_quickstart_shape_end_to_end_and_resume(tmp_path):
 
   # Resume: one more iteration continues from the last checkpoint, nothing repeated,
   # and lines logged after that checkpoint (as by a crash) are dropped, not duplicated.
-  M.MetricsWriter(work, tensorboard=False).write(3, {"rollout/success": -1.0})
+  loggers.MetricsWriter(work, tensorboard=False).write(3, {"rollout/success": -1.0})
   summary2 = Trainer(tiny_cfg(3), work, resume=True).run()
   recs = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
   rl = [r for r in recs if "rollout/success" in r]
