@@ -149,6 +149,9 @@ class AlgoConfig:
   # Delta degrees of freedom of the estimators' stds (1: unbiased, as torch.std in GRPO).
   ddof: int = 1
   std_normalize: bool = True
+  # The step indices of the environment's decisive choices, for csa_decisive (CSA's step
+  # term on these steps only) and csa_routine (on all others): KeyDoor's key room is t = 0.
+  decisive_steps: tuple[int, ...] = (0,)
   clip_low: float = 0.2
   clip_high: float = 0.2
   dual_clip: float = 0.0  # 0 disables; DAPO/verl use 3.0

@@ -16,9 +16,10 @@ model shape, prompts and reward shaping (invalid-action penalty) are the run's o
 (config.json), so advantages are the ones its training would have computed. Tasks are drawn
 from the training split, as the trainer draws them. Labels are only read here, never trained on.
 
-Estimators (`csa_jax.advantages` registry, through `algorithms.estimator.compute_advantages`): grpo, rloo,
-dr_grpo, csa at lambda 0.25 / 0.5 / 1, csa_step (CSA's step term A_S alone), gigpo,
-gigpo_step (GiGPO's step term alone) and csa_gigpo. Metrics and bootstrap: `csa_jax.credit`.
+Estimators (`studies.credit_table.ESTIMATORS`: registered estimators of `csa_jax.estimators`,
+through `algorithms.estimator.compute_advantages`): grpo, rloo, dr_grpo, csa at lambda 0.25 /
+0.5 / 1, csa_step (CSA's step term A_S alone), gigpo, gigpo_step (GiGPO's step term alone)
+and csa_gigpo. Metrics and bootstrap: `csa_jax.credit`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import typing
 import numpy as np
 
 from studies.credit_table import (COLUMNS, ENV_FAMILIES, ESTIMATORS, LABEL_MEANING,  # noqa: F401
-                                    read_csv, write_csv)
+                                    STEP_TERM, read_csv, write_csv)
 
 
 # -- loading a policy ---------------------------------------------------------------------
@@ -167,32 +168,22 @@ def subsample(arrays, g: int):
       f.name: getattr(arrays, f.name)[:, :g] for f in dataclasses.fields(arrays)})
 
 
-def estimator_advantages(arrays, algo_dict: dict, rollout_dict: dict) -> dict[str, np.ndarray]:
-  """Every study estimator's adv_BxGxT on the same arrays, with the run's reward shaping."""
-  import jax.numpy as jnp
-
-  from csa_jax import advantages as adv_lib
+def estimator_advantages(arrays, algo_dict: dict, rollout_dict: dict,
+                         columns: dict = ESTIMATORS) -> dict[str, np.ndarray]:
+  """Every study column's adv_BxGxT on the same arrays, with the run's reward shaping
+  (`columns` as `credit_table.ESTIMATORS`)."""
   from csa_jax.algorithms import estimator as estimator_lib
   from csa_jax.config import AlgoConfig, RolloutConfig
+  from csa_jax.estimators import get_estimator
 
   algo = config_from_dict(AlgoConfig, algo_dict)
   rollout = config_from_dict(RolloutConfig, rollout_dict)
-  rewards, step_rewards = estimator_lib.shaped_rewards(arrays, algo, rollout)
-  mask = arrays.mask_BxGxT
   out = {}
-  for name, (est, hp) in ESTIMATORS.items():
-    if est == "csa_step":
-      _, a_s = adv_lib.csa_components(jnp.asarray(rewards), jnp.asarray(arrays.logp_BxGxT),
-                                      jnp.asarray(mask), eps=algo.eps)
-      out[name] = np.where(mask, np.asarray(a_s), 0.0)
-    elif est == "gigpo_step":
-      _, a_s, _ = adv_lib.gigpo_components(jnp.asarray(step_rewards), jnp.asarray(mask),
-                                        jnp.asarray(arrays.state_id_BxGxT), gamma=algo.gamma,
-                                        std_normalize=algo.std_normalize, eps=algo.eps)
-      out[name] = np.where(mask, np.asarray(a_s), 0.0)
-    else:
-      a = dataclasses.replace(algo, estimator=est, **hp)
-      out[name] = estimator_lib.compute_advantages(arrays, a, rollout)
+  for name, (est_name, part, knobs) in columns.items():
+    est = get_estimator(est_name)
+    est = est.step_term if part == STEP_TERM else est
+    a = dataclasses.replace(algo, estimator=est_name, **knobs)
+    out[name] = estimator_lib.compute_advantages(arrays, a, rollout, est)
   return out
 
 

@@ -53,8 +53,8 @@ NAN = float("nan")
 # iStar, SPA-RL, multi-turn DPO), then CSA, its combinations
 # and its lambda ablations; methods not listed follow alphabetically.
 METHOD_ORDER = ("grpo", "dr_grpo", "rloo", "dapo", "gigpo", "istar", "spa", "spa_bonus",
-                "mtdpo", "csa", "csa_state", "csa_valid", "csa_dapo", "csa_gigpo", "csa_lam0",
-                "csa_lam1")
+                "mtdpo", "csa", "csa_state", "csa_valid", "csa_t0", "csa_routine", "csa_dapo",
+                "csa_gigpo", "csa_lam0", "csa_lam1")
 SFT = "sft"
 SAMPLED, GREEDY = "eval_sampled", "eval"  # the evaluations' metric prefixes and policies
 RATE = (0.0, 1.0)   # parameter space of a success rate or an AUC

@@ -50,7 +50,7 @@ def test_listing_and_an_unknown_experiment_import_no_jax(args, code):
   import in csa_jax/config.py, config_fields.py or csa_jax/model/): `--list` and a wrong
   --exp would take 4 s of CPU on a slow machine instead of 0.2 s. (A config that is
   validated imports jax: the estimator's name is checked against the registry of
-  csa_jax/advantages.py.)"""
+  csa_jax/estimators/.)"""
   out = subprocess.run([sys.executable, "-c", _IMPORTS, *args], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
   assert out.returncode == code, out.stderr[-2000:]

@@ -196,11 +196,11 @@ def test_every_registered_experiment_validates():
 
 def test_estimators_come_from_the_registry(monkeypatch):
   """A newly registered estimator is valid at once (no list to keep in step)."""
-  from csa_jax import advantages
+  from csa_jax.estimators import registry
   cfg = experiments.get_experiment("quickstart")
   with pytest.raises(ConfigError, match="algo.estimator must be one of"):
     apply_overrides(cfg, ["algo.estimator=brand_new"])
-  monkeypatch.setitem(advantages._REGISTRY, "brand_new", advantages._REGISTRY["csa"])
+  monkeypatch.setitem(registry._REGISTRY, "brand_new", registry._REGISTRY["csa"])
   assert apply_overrides(cfg, ["algo.estimator=brand_new"]).algo.estimator == "brand_new"
 
 

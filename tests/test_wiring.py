@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from csa_jax import advantages as adv_lib
+from csa_jax import estimators as est_lib
 from csa_jax import data as data_lib
 from csa_jax import train_step as ts
 from csa_jax.algorithms import base, estimator as estimator_lib, istar, mtdpo
@@ -284,21 +284,21 @@ def _adv_arrays():
 
 # A second value for each knob, far enough from the default to move the advantages.
 _KNOB_VALUES = {"lam": 0.9, "gamma": 0.5, "w": 0.3, "eps": 0.5, "std_normalize": False,
-                "ddof": 0}
-_ESTIMATOR_KNOBS = [(name, knob) for name in adv_lib.list_estimators()
-                    for knob in adv_lib.get_estimator(name).hparams]
+                "ddof": 0, "decisive_steps": (1, 3)}
+_ESTIMATOR_KNOBS = [(name, knob) for name in est_lib.list_estimators()
+                    for knob in est_lib.get_estimator(name).hparams]
 
 
 @pytest.mark.parametrize("name, knob", _ESTIMATOR_KNOBS)
 def test_compute_advantages_forwards_each_estimator_knob(name, knob):
-  """Catches an estimator knob (lam, gamma, w, eps, std_normalize, ddof) that
+  """Catches an estimator knob (lam, gamma, w, eps, std_normalize, ddof, decisive_steps) that
   `estimator.compute_advantages` drops, leaves at the estimator's default or passes under
   another name, and an `algo.estimator` that does not pick the estimator: the advantages
   equal the estimator's own at the configured value, which differ from its default's."""
   assert knob in {f.name for f in dataclasses.fields(AlgoConfig)}, knob
   arrays, roll = _adv_arrays(), RolloutConfig(max_turns=5)
   algo = AlgoConfig(estimator=name, invalid_penalty=0.0, **{knob: _KNOB_VALUES[knob]})
-  est = adv_lib.get_estimator(name)
+  est = est_lib.get_estimator(name)
   hp = {k: getattr(algo, k) for k in est.hparams}
   inputs = dict(rewards_BxG=arrays.rewards_BxG, logp_BxGxT=arrays.logp_BxGxT,
                 mask_BxGxT=arrays.mask_BxGxT, step_rewards_BxGxT=arrays.step_rewards_BxGxT,
@@ -315,7 +315,7 @@ def test_every_estimator_is_reachable_and_they_differ():
   estimator's advantages): every registered estimator gives a different result here."""
   arrays, roll = _adv_arrays(), RolloutConfig(max_turns=5)
   outs = {n: estimator_lib.compute_advantages(arrays, AlgoConfig(estimator=n), roll)
-          for n in adv_lib.list_estimators()}
+          for n in est_lib.list_estimators()}
   names = sorted(outs)
   for i, a in enumerate(names):
     for b in names[i + 1:]:
@@ -596,6 +596,7 @@ WIRING_TESTS = {
     "eps": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "std_normalize": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "ddof": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
+    "decisive_steps": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "ref_dtype": ["test_lora::test_a_bfloat16_reference_and_first_moment_for_full_parameter_runs"],
     "clip_low": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
     "clip_high": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
@@ -642,8 +643,9 @@ def test_every_algo_field_has_a_wiring_test():
 def test_an_estimator_knob_that_is_no_config_field_is_refused_when_it_registers():
   """Catches the old silent fallback: a knob an estimator declares but the trainer never
   sets (it used to reach the estimator only if added by hand to a dict)."""
-  est = adv_lib.Estimator("knob_typo_probe", lambda rewards_BxG, mask_BxGxT, lamda=0.5: None,
-                          ("rewards_BxG", "mask_BxGxT"), ("lamda",))
+  def knob_typo_probe(rewards_BxG, mask_BxGxT, *, lamda):
+    return None
+
   with pytest.raises(ValueError, match=r"declares hparams \['lamda'\] that are not fields"):
-    adv_lib.register_estimator(est)
-  assert "knob_typo_probe" not in adv_lib.list_estimators()
+    est_lib.register("knob_typo_probe")(knob_typo_probe)
+  assert "knob_typo_probe" not in est_lib.list_estimators()

@@ -34,12 +34,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from csa_jax import advantages as adv_lib
 from csa_jax import groups
 from csa_jax import train_step as ts
 from csa_jax.model import lora
 from csa_jax.algorithms import base
 from csa_jax.algorithms.estimator import shaped_rewards
+from csa_jax.estimators import combine, rloo_advantages
 from csa_jax.sampling import sampling_logprobs
 
 _NORM_EPS = 1e-6
@@ -78,13 +78,13 @@ def prm_pair_loss(r_BxGxT, mask_BxGxT, won_BxG):
 def istar_advantages(rewards_BxG, r_BxGxT, mask_BxGxT, alpha):
   """A = RLOO episode term + alpha * leave-one-out step term of the normalised r."""
   mask = jnp.asarray(mask_BxGxT, bool)
-  a_e_BxG = adv_lib.rloo_advantages(rewards_BxG, valid_BxG=mask.any(-1))
+  a_e_BxG = rloo_advantages(rewards_BxG, valid_BxG=mask.any(-1))
   r = jnp.where(mask, jnp.asarray(r_BxGxT, jnp.float32), 0.0)
   rn = r / (jnp.max(jnp.abs(r)) + _NORM_EPS)
   n_B = mask.sum((1, 2), keepdims=True)
   others = (rn.sum((1, 2), keepdims=True) - rn) / jnp.maximum(n_B - 1, 1)
   a_s = jnp.where(mask & (n_B > 1), rn - others, 0.0)
-  return jax.lax.stop_gradient(jnp.where(mask, a_e_BxG[..., None] + alpha * a_s, 0.0))
+  return jax.lax.stop_gradient(combine(mask, a_e_BxG, (alpha, a_s)))
 
 
 # ----------------------------------------------------------------------------------------
