@@ -1,47 +1,11 @@
-"""Credit accuracy (Spearman) against an independent computation; writers and plot."""
+"""Episode metrics, writers and plot."""
 
 import os
 
-import numpy as np
 import pytest
 
 from csa_jax import metrics as M
 from csa_jax.rollout import Step, Trajectory
-
-
-def _spearman_reference(a, o):
-  """Spearman's rho by its definition with average ranks, with plain Python loops."""
-  def ranks(x):
-    out = []
-    for v in x:
-      less = sum(1 for w in x if w < v)
-      equal = sum(1 for w in x if w == v)
-      out.append(less + (equal - 1) / 2.0)
-    return np.array(out)
-  ra, ro = ranks(list(a)), ranks(list(o))
-  ra, ro = ra - ra.mean(), ro - ro.mean()
-  return float((ra * ro).sum() / np.sqrt((ra ** 2).sum() * (ro ** 2).sum()))
-
-
-def test_credit_accuracy_matches_reference_with_ties_and_masks():
-  rng = np.random.default_rng(0)
-  adv = rng.normal(size=(3, 4, 5)).round(1)  # rounding makes ties
-  oracle = rng.integers(-1, 2, size=(3, 4, 5)).astype(np.float32)
-  oracle[0, 0, :] = np.nan
-  mask = rng.random((3, 4, 5)) < 0.8
-  got = M.credit_accuracy(adv, oracle, mask)
-  sel = mask & np.isfinite(oracle)
-  assert got["credit/labelled_steps"] == sel.sum()
-  assert got["credit/spearman"] == pytest.approx(_spearman_reference(adv[sel], oracle[sel]),
-                                                 abs=1e-12)
-
-
-def test_credit_accuracy_nan_without_labels_or_spread():
-  adv = np.ones((1, 2, 3))
-  assert np.isnan(M.credit_accuracy(adv, np.full((1, 2, 3), np.nan), np.ones((1, 2, 3)))
-                  ["credit/spearman"])
-  assert np.isnan(M.credit_accuracy(adv, np.arange(6.).reshape(1, 2, 3), np.ones((1, 2, 3)))
-                  ["credit/spearman"])
 
 
 def _traj(n, won, invalid=0, error=None, dropped=0):
@@ -72,23 +36,6 @@ def test_writer_and_plot(tmp_path):
   png = M.plot_learning_curve(w.path, str(tmp_path / "c.png"))
   with open(png, "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-
-
-def test_decisive_auc_matches_pair_counting():
-  """AUC of the credit of +1-labelled steps against -1-labelled ones, by counting pairs
-  (ties half); 0-labelled steps (routine) and masked steps take no part."""
-  rng = np.random.default_rng(1)
-  adv = rng.normal(size=(3, 4, 6)).round(1)
-  oracle = rng.choice([-1.0, 0.0, 1.0, np.nan], size=(3, 4, 6))
-  mask = rng.random((3, 4, 6)) < 0.8
-  sel = mask & np.isfinite(oracle)
-  pos, neg = adv[sel & (oracle > 0)], adv[sel & (oracle < 0)]
-  want = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
-  got = M.credit_accuracy(adv, oracle, mask)["credit/decisive_auc"]
-  assert got == pytest.approx(want, abs=1e-12)
-  assert M.auc([2.0, 3.0], [1.0]) == 1.0 and M.auc([1.0], [1.0, 2.0]) == 0.25
-  assert np.isnan(M.auc([], [1.0])) and np.isnan(
-      M.credit_accuracy(adv, np.zeros(adv.shape), mask)["credit/decisive_auc"])
 
 
 def _episode(index, won, n, rewards):
