@@ -723,15 +723,15 @@ def test_csa_state_registered_with_the_uniform_signature():
 # csa_valid: CSA's step term over the accepted actions only.
 
 
-def ref_csa_valid(rewards, logp, mask, invalid, lam=0.5, eps=1e-6, ddof=1):
+def ref_csa_where(rewards, logp, mask, keep, lam=0.5, eps=1e-6, ddof=1):
   """Loops: A_E over the rollouts with an active step; at each step t the comparison set
-  is the rollouts active at t whose action was accepted; a rejected step gets A_E alone."""
+  is the rollouts active at t where keep(b, i, t); every other active step gets A_E alone."""
   B, G, T = mask.shape
   a_e = ref_episode(rewards, mask.any(-1), eps, ddof)
   out = np.where(mask, a_e[..., None], 0.0)
   for b in range(B):
     for t in range(T):
-      act = [i for i in range(G) if mask[b, i, t] and not invalid[b, i, t]]
+      act = [i for i in range(G) if mask[b, i, t] and keep(b, i, t)]
       if not act:
         continue
       mean_lp = sum(logp[b, i, t] for i in act) / len(act)
@@ -740,6 +740,11 @@ def ref_csa_valid(rewards, logp, mask, invalid, lam=0.5, eps=1e-6, ddof=1):
       for i, s in zip(act, ref_standardize(ls, eps, ddof, atol=atol)):
         out[b, i, t] = a_e[b, i] + lam * s
   return out
+
+
+def ref_csa_valid(rewards, logp, mask, invalid, **knobs):
+  """csa_valid: the step term over the accepted actions only; a rejected step gets A_E."""
+  return ref_csa_where(rewards, logp, mask, lambda b, i, t: not invalid[b, i, t], **knobs)
 
 
 @pytest.mark.parametrize("lam,ddof", [(0.5, 1), (1.0, 0)])
@@ -797,24 +802,10 @@ def test_csa_valid_reaches_compute_advantages_with_the_rollouts_invalid_flags():
 # csa_decisive / csa_routine: CSA's step term on chosen step indices, or on the others.
 
 
-def ref_csa_on_steps(rewards, logp, mask, steps, inside, lam=0.5, eps=1e-6, ddof=1):
-  """Loops: A_E over the rollouts with an active step; at a step index t that is in
-  `steps` (inside) or not in it (not inside), CSA's step term over the rollouts active at
-  t; at every other step A_E alone."""
-  B, G, T = mask.shape
-  a_e = ref_episode(rewards, mask.any(-1), eps, ddof)
-  out = np.where(mask, a_e[..., None], 0.0)
-  for b in range(B):
-    for t in range(T):
-      act = [i for i in range(G) if mask[b, i, t]]
-      if (t in steps) != inside or not act:
-        continue
-      mean_lp = sum(logp[b, i, t] for i in act) / len(act)
-      ls = [a_e[b, i] * (logp[b, i, t] - mean_lp) for i in act]
-      atol = L_TIE_ATOL * max(abs(a_e[b, i]) for i in act) * max(abs(logp[b, i, t]) for i in act)
-      for i, s in zip(act, ref_standardize(ls, eps, ddof, atol=atol)):
-        out[b, i, t] = a_e[b, i] + lam * s
-  return out
+def ref_csa_on_steps(rewards, logp, mask, steps, inside, **knobs):
+  """The step term at the step indices in `steps` (inside) or at all others (not inside);
+  A_E alone at every other step."""
+  return ref_csa_where(rewards, logp, mask, lambda b, i, t: (t in steps) == inside, **knobs)
 
 
 @pytest.mark.parametrize("steps", [(0,), (0, 3), (), (2, 40)])

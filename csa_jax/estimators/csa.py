@@ -133,8 +133,9 @@ def csa_decisive_advantages(rewards_BxG, logp_BxGxT, mask_BxGxT, *, lam, eps, dd
   index is known in every environment and for every policy, while a label exists only
   where an environment provides one, and labels are evaluation signals that no estimator
   reads. In KeyDoor the decisive step is the key room, t = 0 (the default, (0,)); with a
-  fork (`decisions=2`) add its index. CSA's step term at a step compares only the
-  rollouts active at that same index, so A_S here equals CSA's at the kept indices.
+  fork (`decisions=2`) add its index, 1 + horizon // 2. CSA's step term at a step compares
+  only the rollouts active at that same index, so A_S here equals CSA's at the kept
+  indices.
   """
   adv_e_BxG, adv_s_BxGxT = csa_components(
       rewards_BxG, logp_BxGxT, mask_BxGxT, eps=eps, ddof=ddof,

@@ -34,8 +34,9 @@ class Estimator:
   `est(rewards_BxG=..., logp_BxGxT=..., mask_BxGxT=..., step_rewards_BxGxT=...,
   state_id_BxGxT=..., invalid_BxGxT=..., **knobs) -> adv_BxGxT`. Arrays it does not use
   may be given or left out; `requires` lists those it needs, `hparams` the knobs it
-  takes, each of them (a missing or an unknown one is an error). `step_term`, where the estimator has one, is its
-  step term A_S alone, as an Estimator of its own (the credit study compares it).
+  takes, each of them (a missing or an unknown one is an error). `step_term`, where the
+  estimator has one, is its step term A_S alone, as an Estimator of its own (the credit
+  study compares it).
   """
 
   name: str
