@@ -66,7 +66,7 @@ class RolloutConfig:
   # states whose feedback reads alike ("Nothing happens." after any invalid action).
   anchor: str = "state"
   # "bare": the answer is the action. "think": reasoning, then the action inside
-  # <action>...</action> (verl-agent's format; csa_jax/rollout.py, `parse_action`);
+  # <action>...</action> (verl-agent's format; csa_jax/prompts.py, `parse_action`);
   # max_action_tokens then budgets the reasoning too.
   action_format: str = "bare"
   # Prompt rows per prefill pass of the sampler (0: all num_envs at once): a long prompt's

@@ -9,12 +9,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from csa_jax import distributed as dist
+from csa_jax import prompts
 from csa_jax import rollout as rollout_lib
 from csa_jax.config import ExperimentConfig
 
 
 def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
-             fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> tuple[dict, list]:
+             fmt: prompts.PromptFormat = prompts.PLAIN) -> tuple[dict, list]:
   """eval.num_episodes held-out tasks from eval.first_task on, one episode each (split
   across processes; the metrics are over all of them, the episodes this process's)."""
   n, first = cfg.eval.num_episodes, cfg.eval.first_task

@@ -41,7 +41,7 @@ def episode_rates(sums: dict[str, int], prefix: str) -> dict[str, float]:
       f"{prefix}/invalid_action_frac": sums["invalid"] / steps if steps else 0.0,
       f"{prefix}/errors": float(sums["errors"]),
       # Admissible actions the prompt budget left out of the list, per step (see
-      # rollout.build_prompt): non-zero means the policy did not see every action.
+      # prompts.build_prompt): non-zero means the policy did not see every action.
       f"{prefix}/actions_dropped": sums["dropped"] / steps if steps else 0.0,
   }
 

@@ -110,7 +110,7 @@ def _policy_pieces(cfg: ExperimentConfig, workdir: str, mesh):
   from flax import nnx  # pylint: disable=import-outside-toplevel
 
   from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
-  from csa_jax import rollout as rollout_lib  # pylint: disable=import-outside-toplevel
+  from csa_jax import prompts  # pylint: disable=import-outside-toplevel
   from csa_jax.model import Decoder, hf  # pylint: disable=import-outside-toplevel
   from csa_jax.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
 
@@ -122,16 +122,16 @@ def _policy_pieces(cfg: ExperimentConfig, workdir: str, mesh):
                                       scan_layers=cfg.model.scan_layers)
     except (ValueError, FileNotFoundError) as e:
       raise RunError(f"model_path {cfg.model_path}: {str(e).splitlines()[0]}") from None
-    fmt = (rollout_lib.PromptFormat.chat(tok, cfg.rollout.action_format) if tok.chat_template
-           else rollout_lib.PromptFormat(action_prefix=" ",
-                                         action_format=cfg.rollout.action_format))
+    fmt = (prompts.PromptFormat.chat(tok, cfg.rollout.action_format) if tok.chat_template
+           else prompts.PromptFormat(action_prefix=" ",
+                                     action_format=cfg.rollout.action_format))
   else:
     path = os.path.join(workdir, "tokenizer.json")
     if not os.path.isfile(path):
       raise RunError(f"--workdir {workdir}: no tokenizer.json (the run stopped before "
                      "SFT began)")
     tok = Tokenizer.load(path)
-    fmt = rollout_lib.PromptFormat(action_format=cfg.rollout.action_format)
+    fmt = prompts.PromptFormat(action_format=cfg.rollout.action_format)
     model = Decoder(cfg.model, rngs=nnx.Rngs(cfg.seed))
     mesh_lib.shard_model(model, mesh, mesh_lib.TRAIN_RULES)
   graphdef, params = nnx.split(model, nnx.Param)

@@ -31,6 +31,7 @@ from csa_jax import groups
 from csa_jax import mesh as mesh_lib
 from csa_jax import metrics as metrics_lib
 from csa_jax import perf as perf_lib
+from csa_jax import prompts
 from csa_jax import provenance
 from csa_jax import rollout as rollout_lib
 from csa_jax import sft_progress
@@ -102,11 +103,11 @@ class Trainer:
                                         lora=c.model.lora, seed=c.seed)
       except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
         raise SetupError(f"model_path {c.model_path}: {str(e).splitlines()[0]}") from None
-      fmt = (rollout_lib.PromptFormat.chat(tok, c.rollout.action_format) if tok.chat_template
-             else rollout_lib.PromptFormat(action_prefix=" ",
-                                           action_format=c.rollout.action_format))
+      fmt = (prompts.PromptFormat.chat(tok, c.rollout.action_format) if tok.chat_template
+             else prompts.PromptFormat(action_prefix=" ",
+                                       action_format=c.rollout.action_format))
     else:
-      fmt = rollout_lib.PromptFormat(action_format=c.rollout.action_format)
+      fmt = prompts.PromptFormat(action_format=c.rollout.action_format)
       path = os.path.join(self.workdir, "tokenizer.json")
 
       def tokenizer():

@@ -103,7 +103,7 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
 
   from csa_jax import groups as groups_lib
   from csa_jax import policy as policy_lib
-  from csa_jax import rollout as rollout_lib
+  from csa_jax import prompts
   from environments.pool import EnvPool
 
   cfg, tok, graphdef, params, desc, mesh = load_run(run_dir, which)
@@ -124,7 +124,7 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
   t0 = time.perf_counter()
   with EnvPool(cfg.env.name, dict(cfg.env.kwargs), rcfg.num_envs, backend=cfg.env.pool_backend,
                step_timeout_s=rcfg.step_timeout_s) as pool:
-    batch, _ = groups_lib.collect(pool, policy, tok, cfg, rng, fmt=rollout_lib.PLAIN)
+    batch, _ = groups_lib.collect(pool, policy, tok, cfg, rng, fmt=prompts.PLAIN)
   seconds = time.perf_counter() - t0
   arrays = batch.arrays
   idx = np.asarray([grp[0].task[1] for grp in batch.groups])
@@ -153,7 +153,7 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
 
 
 def load_arrays(out_dir: str):
-  from csa_jax.rollout import GroupArrays
+  from csa_jax.groups import GroupArrays
 
   with np.load(os.path.join(out_dir, "rollouts.npz")) as z:
     arrays = GroupArrays(**{f.name: z[f.name] for f in dataclasses.fields(GroupArrays)})

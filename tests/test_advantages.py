@@ -779,7 +779,7 @@ def test_csa_valid_reaches_compute_advantages_with_the_rollouts_invalid_flags():
   invalid flags to an estimator that needs them."""
   from csa_jax.algorithms.estimator import compute_advantages
   from csa_jax.config import AlgoConfig, RolloutConfig
-  from csa_jax.rollout import GroupArrays
+  from csa_jax.groups import GroupArrays
   rng = np.random.default_rng(70)
   mask = random_mask(rng, 3, 4, 5, holes=False)
   invalid = (rng.random(mask.shape) < 0.3) & mask

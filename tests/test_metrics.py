@@ -5,18 +5,14 @@ import os
 import pytest
 
 from csa_jax import metrics as M
-from csa_jax.rollout import Step, Trajectory
-
-
-def _traj(n, won, invalid=0, error=None, dropped=0):
-  steps = [Step([1], [2], [0.0], "a", "o", 0.0, 0, valid=i >= invalid, oracle_label=None,
-                actions_dropped=dropped * (i == 0)) for i in range(n)]
-  return Trajectory(("test", 0), steps, won=won, error=error)
+from tests.factories import episode, step
 
 
 def test_episode_metrics():
-  m = M.episode_metrics([_traj(2, True), _traj(4, False, invalid=1, error="boom", dropped=9)],
-                        "eval")
+  short = episode([step(), step()], won=True)
+  long = episode([step(valid=i > 0, actions_dropped=9 * (i == 0)) for i in range(4)],
+                 error="boom")
+  m = M.episode_metrics([short, long], "eval")
   assert m["eval/success"] == 0.5 and m["eval/episode_len"] == 3.0
   assert m["eval/env_steps"] == 6 and m["eval/invalid_action_frac"] == pytest.approx(1 / 6)
   assert m["eval/errors"] == 1
@@ -38,14 +34,9 @@ def test_writer_and_plot(tmp_path):
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def _episode(index, won, n, rewards):
-  steps = [Step([1], [2], [0.0], "a", "o", r, 0, valid=True, oracle_label=None)
-           for r in rewards[:n]]
-  return Trajectory(("test", index), steps, won=won)
-
-
 def test_episode_records_and_replayed_evaluations_written_once(tmp_path):
-  trajs = [_episode(7, True, 3, [0.0, 0.0, 1.0]), _episode(2, False, 2, [0.0, -0.5])]
+  trajs = [episode([step(reward=r) for r in (0.0, 0.0, 1.0)], won=True, task=("test", 7)),
+           episode([step(reward=r) for r in (0.0, -0.5)], task=("test", 2))]
   recs = M.episode_records(trajs, 5, "eval_sampled")
   assert recs == [
       {"step": 5, "policy": "eval_sampled", "split": "test", "index": 7, "success": 1,

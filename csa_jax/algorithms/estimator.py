@@ -16,7 +16,7 @@ from csa_jax import dapo
 from csa_jax import groups
 from csa_jax.algorithms.base import Algorithm, Prepared, skip_update
 from csa_jax.estimators import Estimator, get_estimator
-from csa_jax.rollout import GroupArrays
+from csa_jax.groups import GroupArrays
 
 
 def shaped_rewards(arrays: GroupArrays, algo, rollout
