@@ -14,10 +14,17 @@ per-device memory plan (csa_jax/dry_run.py). `--show-config` prints every config
 experiment with its type, value, valid range and help (csa_jax/config_fields.py); `--list`
 the experiments by family.
 
+The prompted baseline: the experiment's pretrained model with no training, on its held-out
+tasks, written as a run's evaluation (RUN/metrics.jsonl at step 0, RUN/eval/episodes.jsonl):
+  python launch.py --exp EXP --prompted [--workdir RUN]  (default RUN: runs/EXP_prompted)
+
 After training (csa_jax/posttrain.py), on a run directory:
   python launch.py --workdir RUN --eval [--step N|sft]   held-out evaluation, per episode
   python launch.py --workdir RUN --export-hf DIR         a Hugging Face checkpoint
   python launch.py --workdir RUN --play 3 [--sample]     watch the policy play
+
+A model in llama.cpp's GGUF format (csa_jax/model/gguf.py):
+  python launch.py --import-gguf FILE DIR                a Hugging Face directory of it
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                  help="override a config leaf, e.g. --set rollout.group_size=4 (repeatable)")
   p.add_argument("--resume", action="store_true", help="continue from the workdir's checkpoint")
+  p.add_argument("--prompted", action="store_true",
+                 help="evaluate the experiment's pretrained model with no training on its "
+                      "held-out tasks (greedy and sampled, per episode) and write the results "
+                      "to --workdir (default runs/EXP_prompted) as a run's evaluation")
   p.add_argument("--dry-run", action="store_true",
                  help="compile the sampler, SFT and RL steps ahead of time on the mesh with "
                       "abstract arrays, print per-device memory and exit (no weights, no "
@@ -61,6 +72,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                      help="--play with sampled actions (eval.temperature) instead of greedy")
   after.add_argument("--step", default=None, metavar="N|sft",
                      help="the checkpoint to use: an RL step, or sft (default: the newest)")
+  p.add_argument("--import-gguf", nargs=2, default=None, metavar=("FILE", "DIR"),
+                 help="write a Hugging Face directory (config, float32 safetensors, tokenizer, "
+                      "chat template) of a llama / qwen2 GGUF file to DIR (new or empty), "
+                      "for model_path, and exit")
   return p.parse_args(argv)
 
 
@@ -77,12 +92,14 @@ def method_name(cfg) -> str:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  if args.import_gguf is not None:
+    return import_gguf(*args.import_gguf)
   # Imports after argument parsing so --help is instant.
   import experiments
   from csa_jax.config import ConfigError, apply_overrides, validate
 
   if args.list is not None:
-    from csa_jax import catalog
+    from experiments import catalog
     try:
       print(catalog.listing(args.list))
     except KeyError as e:
@@ -115,7 +132,16 @@ def main(argv=None) -> int:
     fail(str(e))
 
   if args.dry_run:
+    if args.prompted:
+      fail("--prompted and --dry-run are two different commands: choose one")
     return dry_run(cfg)
+  from csa_jax import pretrained
+  try:
+    cfg = pretrained.resolve(cfg)  # a packaged model imported, the checkpoint's shape
+  except ConfigError as e:
+    fail(str(e))
+  if args.prompted:
+    return prompted(cfg, args)
   if cfg.pretrained and not cfg.model_path:
     fail(f"{cfg.name} is sized for {cfg.pretrained}: --set model_path=DIR (a local copy of "
          "it); --dry-run plans its memory without weights; `--list` shows the CPU-sized "
@@ -126,15 +152,10 @@ def main(argv=None) -> int:
   problem = unwritable(workdir)
   if problem:
     fail(problem)
-  ckpt_dir = os.path.join(workdir, "checkpoints")
-  from csa_jax import sft_progress
-  has_ckpt = ((os.path.isdir(ckpt_dir) and any(d.isdigit() for d in os.listdir(ckpt_dir)))
-              or sft_progress.exists(workdir))
-  if has_ckpt and not args.resume:
+  from csa_jax.workdir import CHECKPOINTS, resumable
+  if resumable(workdir) and not args.resume:  # (--resume without one: the Trainer refuses)
     fail(f"{workdir} already holds checkpoints; pass --resume to continue it, or choose "
          "another --workdir")
-  if args.resume and not has_ckpt:
-    fail(f"--resume: no checkpoint in {ckpt_dir}")
 
   from csa_jax.checkpoint import CheckpointError
   from csa_jax.signals import Interrupted
@@ -162,7 +183,7 @@ def main(argv=None) -> int:
     print(f"launch.py: {e}{more}", file=sys.stderr)
     return e.exit_code
   except NonFiniteError as e:
-    print(f"launch.py: error: {e} (checkpoints in {ckpt_dir})", file=sys.stderr)
+    print(f"launch.py: error: {e} (checkpoints in {os.path.join(workdir, CHECKPOINTS)})", file=sys.stderr)
     return 1
   print()
   print(f"Held-out evaluation ({cfg.eval.num_episodes} tasks of the {cfg.env.eval_split} "
@@ -180,9 +201,9 @@ def after_training(args) -> int:
   from csa_jax.workdir import unwritable
   if not args.workdir:
     fail("--eval, --export-hf and --play need --workdir RUN (a run directory of launch.py)")
-  if args.exp is not None or args.resume or args.dry_run or args.show_config:
+  if args.exp is not None or args.resume or args.dry_run or args.show_config or args.prompted:
     fail("--eval, --export-hf and --play read the run's own config.json: drop --exp, "
-         "--resume, --dry-run and --show-config (--set still applies)")
+         "--resume, --dry-run, --show-config and --prompted (--set still applies)")
   if args.play is not None and args.play < 1:
     fail(f"--play {args.play}: the number of episodes must be >= 1")
   try:
@@ -206,6 +227,48 @@ def after_training(args) -> int:
     result = posttrain.evaluate(saved)
     print(posttrain.eval_report(result))
     print(f"\nwritten to {posttrain.write_eval(saved, result)}")
+  return 0
+
+
+def prompted(cfg, args) -> int:
+  """--prompted: the pretrained model's held-out evaluation with no training."""
+  from csa_jax import posttrain
+  from csa_jax.setup_checks import SetupError, check_environment
+  from csa_jax.workdir import CHECKPOINTS, has_sft_checkpoint, unwritable
+  if args.resume:
+    fail("--prompted trains nothing: drop --resume")
+  workdir = args.workdir or os.path.join("runs", f"{cfg.name}_prompted")
+  problem = unwritable(workdir)
+  if problem:
+    fail(problem)
+  if has_sft_checkpoint(workdir) or os.path.isdir(os.path.join(workdir, CHECKPOINTS)):
+    fail(f"{workdir} holds a training run; --prompted writes its own directory: choose "
+         "another --workdir")
+  try:
+    check_environment(cfg)
+    saved = posttrain.load_prompted(cfg, workdir)
+  except (SetupError, posttrain.RunError) as e:
+    fail(str(e))
+  print(f"experiment {cfg.name}: prompted baseline of {cfg.pretrained or cfg.model_path} "
+        f"(no training), env {cfg.env.name} {dict(cfg.env.kwargs)}, workdir {workdir}")
+  result = posttrain.evaluate(saved)
+  print(posttrain.eval_report(result))
+  print(f"\nwritten to {workdir}: {', '.join(posttrain.write_prompted(saved, result))}")
+  return 0
+
+
+def import_gguf(path: str, out_dir: str) -> int:
+  """--import-gguf FILE DIR (csa_jax/model/gguf.py)."""
+  from csa_jax.model import gguf
+  from csa_jax.workdir import unwritable
+  problem = unwritable(out_dir, "--import-gguf")
+  if problem:
+    fail(problem)
+  try:
+    record = gguf.import_gguf(path, out_dir)
+  except gguf.GGUFError as e:
+    fail(f"--import-gguf: {e}")
+  print(gguf.summary(record, out_dir))
   return 0
 
 

@@ -67,7 +67,7 @@ def bench_method(name: str, reps: int) -> dict[str, float]:
   graphdef, params = params
   tx = ts.make_optimizer(cfg.optim)
   batches = lambda rows, bs, *, seed, epochs: data_lib.batches(
-      rows, batch_size=bs, seq_len=r.max_prompt_tokens + r.max_action_tokens,
+      rows, batch_size=bs, seq_len=r.seq_len,
       action_len=r.max_action_tokens, pad_id=0, seed=seed, epochs=epochs)
   ctx = algorithms.Context(
       cfg=cfg, graphdef=graphdef, tx=tx, sampling_cfg=sampling_config(cfg, _Tok(), greedy=False),

@@ -16,6 +16,8 @@ import typing
 from typing import Any, Mapping
 
 from csa_jax import config_fields
+from csa_jax.algo_config import AlgoConfig
+from csa_jax.workdir import has_sft_checkpoint
 from csa_jax.model import ModelConfig
 
 
@@ -69,6 +71,9 @@ class RolloutConfig:
   # <action>...</action> (verl-agent's format; csa_jax/prompts.py, `parse_action`);
   # max_action_tokens then budgets the reasoning too.
   action_format: str = "bare"
+  # A chat model's system message before each prompt (empty: the chat template's default,
+  # if it writes one). Every prompt token costs compute at every step: keep it short.
+  system_prompt: str = ""
   # Prompt rows per prefill pass of the sampler (0: all num_envs at once): a long prompt's
   # attention scores are what a big model's sampling runs out of memory on.
   prefill_chunk: int = 0
@@ -80,117 +85,11 @@ class RolloutConfig:
   # ScienceWorld); benchmarks/iteration.py measures it.
   overlap: bool = False
 
-
-@dataclasses.dataclass(frozen=True)
-class IStarConfig:
-  """iStar (csa_jax/algorithms/istar.py): the implicit PRM and its optimizer."""
-
-  beta: float = 0.05  # r_t = beta * (log pi_prm(a_t) - log pi_old(a_t))
-  alpha: float = 1.0  # weight of the step term in A = A_E + alpha * A_S
-  # The authors' PRM learning rate is twice the policy's (1e-6 vs 5e-7); this default is
-  # twice the quickstart's policy rate.
-  learning_rate: float = 2e-4
-  grad_clip: float = 10.0
-  # Rows per PRM forward/backward batch; whole task groups are packed into a batch, so
-  # it is raised to group_size * max_turns where that is larger.
-  batch_rows: int = 128
-
-
-@dataclasses.dataclass(frozen=True)
-class SPAConfig:
-  """SPA-RL (csa_jax/algorithms/spa.py): exploration and the progress estimator."""
-
-  # Exploration after SFT: explore_k rollouts (at rollout.temperature) on each of the
-  # first explore_tasks training tasks.
-  explore_tasks: int = 100
-  explore_k: int = 5
-  # With an `rl_env_steps` budget, exploration stops after the chunk (one wave of the
-  # environment pool) in which its environment steps reach this share of the budget:
-  # they count against the budget like the RL rollouts' steps, so RL gets the rest.
-  explore_share: float = 0.25
-  learning_rate: float = 1e-4
-  grad_clip: float = 1.0
-  epochs: int = 4
-  # Rows per estimator batch; whole episodes are packed into a batch (raised to
-  # max_turns where that is larger).
-  batch_rows: int = 128
-  # Step reward r_t = progress_coef * c_t + the grounding term: "penalty" (the default)
-  # pays -grounding for an action the environment rejected and 0 for an executed one;
-  # "bonus" (the paper's literal form) pays +grounding for an executed one and 0 for a
-  # rejected one. Both have the same contrast between executed and rejected actions;
-  # "bonus" adds a constant +grounding to every step, whose discounted sum pays for
-  # episode length (issue 26: it made every coin_doors seed worse; spa.py).
-  progress_coef: float = 1.0
-  grounding: float = 0.5
-  grounding_mode: str = "penalty"
-  gamma: float = 0.99
-
-
-@dataclasses.dataclass(frozen=True)
-class MDPOConfig:
-  """Multi-turn DPO (csa_jax/algorithms/mtdpo.py)."""
-
-  beta: float = 0.1
-  # The reference policy: "sft" (the SFT weights) or "previous" (the policy at the start
-  # of each iteration, the online iterative variant).
-  reference: str = "sft"
-
-
-@dataclasses.dataclass(frozen=True)
-class AlgoConfig:
-  # What drives an RL iteration (csa_jax/algorithms): "estimator" (advantages from the
-  # `estimator` below, then the clipped update), "istar", "spa" or "mtdpo".
-  method: str = "estimator"
-  estimator: str = "csa"
-  lam: float = 0.5
-  gamma: float = 0.95
-  w: float = 1.0
-  eps: float = 1e-6
-  # Delta degrees of freedom of the estimators' stds (1: unbiased, as torch.std in GRPO).
-  ddof: int = 1
-  std_normalize: bool = True
-  # The step indices of the environment's decisive choices, for csa_decisive (CSA's step
-  # term on these steps only) and csa_routine (on all others): KeyDoor's key room is t = 0.
-  decisive_steps: tuple[int, ...] = (0,)
-  clip_low: float = 0.2
-  clip_high: float = 0.2
-  dual_clip: float = 0.0  # 0 disables; DAPO/verl use 3.0
-  loss_agg: str = "token-mean"
-  # KL to the SFT policy (k3, GRPO's estimator). On by default: without it the tiny CPU
-  # policies drifted (more invalid actions, lower held-out success; README, "What makes
-  # RL learn here"). DAPO and Dr.GRPO drop it in their papers; here every method keeps
-  # the same anchor so that methods differ only in their advantages and losses.
-  kl_coef: float = 0.05
-  kl_kind: str = "k3"
-  # The KL reference's storage dtype ("": the parameters'; "bfloat16": half a float32 copy,
-  # the same logits under bfloat16 compute). A LoRA policy's reference is its SFT adapters
-  # over the shared base, never a copy (csa_jax/model/lora.py).
-  ref_dtype: str = ""
-  entropy_coef: float = 0.0
-  # DAPO dynamic sampling: drop groups whose rewards are all equal.
-  dynamic_sampling: bool = False
-  # At most this many rounds of B groups are played per iteration to fill the batch.
-  dynamic_sampling_rounds: int = 3
-  # DAPO overlong reward shaping: a linear penalty (up to -overlong_factor) for actions
-  # whose length falls in the last `overlong_cache_frac` of the limit; "step" judges each
-  # action against rollout.max_action_tokens, "episode" the episode's total against
-  # max_action_tokens * max_turns. 0 disables it.
-  overlong_cache_frac: float = 0.0
-  overlong_factor: float = 1.0
-  overlong_per: str = "step"
-  # verl-agent's invalid-action penalty: every step the environment rejected costs this
-  # much reward (the episode's return falls by it, and the step's own reward for
-  # step-reward estimators such as GiGPO). 0 disables it.
-  invalid_penalty: float = 0.1
-  # How much each agent step (one training row) weighs: "step" (every row alike, so a
-  # 15-step failure weighs 3-5x a short success) or "episode" (each episode's rows share
-  # one episode's weight: the advantage of a row is scaled by mean_len / its episode's len).
-  row_weight: str = "episode"
-  epochs: int = 1
-  minibatch_size: int = 64
-  istar: IStarConfig = IStarConfig()
-  spa: SPAConfig = SPAConfig()
-  mtdpo: MDPOConfig = MDPOConfig()
+  @property
+  def seq_len(self) -> int:
+    """The longest sequence a step makes: its prompt and its action, each at its budget
+    (a training row's length; at most model.max_seq_len)."""
+    return self.max_prompt_tokens + self.max_action_tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,9 +153,30 @@ class EvalConfig:
   sampled: bool = True
   # Evaluate every this many RL iterations (0: only before and after RL).
   every: int = 0
+  # Held-out tasks of those intermediate evaluations (the first N of the final one's; 0:
+  # num_episodes), and whether they run greedy too (else only the sampled evaluation, the
+  # policy RL optimises, as a learning curve needs).
+  every_episodes: int = 0
+  every_greedy: bool = True
+  # Also at every evaluation: the exact probability, under the sampled evaluation's
+  # distribution, that the policy writes the environment's oracle action at each held-out
+  # task's first step (environments with `oracle_action`, e.g. KeyDoor's right key): the
+  # decisive choice's success without sampling noise (eval/oracle_probs.jsonl per task).
+  oracle_prob: bool = False
   # Temperature of the sampled evaluation ("eval_sampled/"); 0: the rollout temperature
   # (the policy RL optimises). verl-agent validates at 0.4.
   temperature: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+  """Where a run's metrics go besides metrics.jsonl and TensorBoard (csa_jax/loggers.py)."""
+
+  # Weights & Biases: every metrics line also becomes a row of a W&B run in the work
+  # directory (wandb/), named after the experiment. WANDB_MODE=offline keeps it on disk
+  # (`wandb sync` uploads it later); online needs a login (WANDB_API_KEY).
+  wandb: bool = False
+  wandb_project: str = "csa-jax"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,13 +186,21 @@ class ExperimentConfig:
   mesh: str = "1x1"
   env: EnvConfig = EnvConfig()
   tokenizer: TokenizerConfig = TokenizerConfig()
-  # A local Hugging Face directory (Llama 3.x / Qwen2.x): the policy starts from it and
-  # `model` only sets dtypes. Empty: a decoder of `model`'s shape trained from scratch.
+  # A local Hugging Face directory (Llama 3.x / Qwen2.x): the policy starts from it; its
+  # shape replaces `model`'s when the run's config is resolved (csa_jax/pretrained.py), and
+  # `model` keeps the dtypes, remat, scanned layers and LoRA. Empty: a decoder of `model`'s
+  # shape trained from scratch.
   model_path: str = ""
-  # The pretrained checkpoint a full-size experiment is sized for (e.g.
-  # "meta-llama/Llama-3.1-8B-Instruct"): such a run needs `model_path` pointing at a local
-  # copy of it (`--dry-run` does not). Empty: any policy, from scratch or `model_path`.
+  # The pretrained checkpoint the experiment is for (e.g. "meta-llama/Llama-3.1-8B-Instruct"):
+  # such a run needs `model_path` pointing at a local copy of it (`--dry-run` does not),
+  # unless it is packaged with the project (csa_jax/pretrained.py, PACKAGED:
+  # "HuggingFaceTB/SmolLM2-135M-Instruct"), which is imported into the cache on first use.
+  # Empty: any policy, from scratch or `model_path`.
   pretrained: str = ""
+  # Where model_path's weights came from (its path, sha256s, the GGUF file it was imported
+  # from), recorded when the config is resolved against it (csa_jax/pretrained.py); from
+  # then on the length checks apply to `model`. Empty: not resolved, or from scratch.
+  model_origin: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   model: ModelConfig = dataclasses.field(default_factory=lambda: ModelConfig.tiny(vocab_size=1024))
   rollout: RolloutConfig = RolloutConfig()
   algo: AlgoConfig = AlgoConfig()
@@ -285,6 +213,7 @@ class ExperimentConfig:
   rl_env_steps: int = 0
   checkpoint_every: int = 5
   log_every: int = 1
+  log: LogConfig = LogConfig()
   # Device memory in GiB that `launch.py --dry-run` checks the plan against (0: the
   # device's own limit where it reports one).
   device_memory_gb: float = 0.0
@@ -391,14 +320,16 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   if problem:
     raise ConfigError(problem)
   r, a = cfg.rollout, cfg.algo
+  # `model` is a pretrained checkpoint's shape only once the config is resolved.
+  shape_unknown = bool(cfg.model_path) and not cfg.model_origin
   checks = [
       (not r.prefill_chunk or sampler_rows(r) % r.prefill_chunk == 0,
        f"rollout.prefill_chunk={r.prefill_chunk} must divide the sampler's rows per call "
        f"({sampler_rows(r)}: rollout.num_envs, halved rounding up with rollout.overlap) "
        "(0: off)"),
-      (cfg.model_path or r.max_prompt_tokens + r.max_action_tokens <= cfg.model.max_seq_len,
+      (shape_unknown or r.seq_len <= cfg.model.max_seq_len,
        f"rollout.max_prompt_tokens + rollout.max_action_tokens = "
-       f"{r.max_prompt_tokens + r.max_action_tokens} exceeds model.max_seq_len "
+       f"{r.seq_len} exceeds model.max_seq_len "
        f"{cfg.model.max_seq_len}"),
       # Narrower than the two fields' ranges (config_fields.py: what the sampler accepts):
       # RL's importance ratio needs the untruncated distribution.
@@ -426,6 +357,12 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
        f"eval_split == train_split it must be >= env.num_train_tasks "
        f"({cfg.env.num_train_tasks}) and sft.num_demos"),
       (cfg.eval.greedy or cfg.eval.sampled, "eval.greedy and eval.sampled are both off"),
+      (cfg.eval.every_episodes <= cfg.eval.num_episodes,
+       f"eval.every_episodes={cfg.eval.every_episodes} exceeds eval.num_episodes="
+       f"{cfg.eval.num_episodes} (an intermediate evaluation takes the first of its tasks)"),
+      (cfg.eval.every_greedy or cfg.eval.sampled or not cfg.eval.every,
+       "eval.every_greedy=false with eval.sampled=false leaves the intermediate "
+       "evaluations nothing to run"),
   ]
   for ok, msg in checks:
     if not ok:
@@ -443,21 +380,59 @@ def micro_batches(optim: "OptimConfig", batch_size: int) -> int:
   return batch_size // optim.micro_batch_size if optim.micro_batch_size else 1
 
 
-def has_sft_checkpoint(run_dir: str) -> bool:
-  """Whether `run_dir` is a run whose SFT stage finished: its sft/ directory holds a
-  saved step (orbax names steps by number and writes them under a temporary name until
-  they are complete)."""
-  sft = os.path.join(run_dir, "sft")
-  return os.path.isdir(sft) and any(d.isdigit() for d in os.listdir(sft))
+def cache_dir(*parts: str) -> str:
+  """$CSA_JAX_CACHE (default ~/.cache/csa_jax), or a folder in it: what runs build once and
+  share (demonstrations, imported models)."""
+  root = os.environ.get("CSA_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "csa_jax"))
+  return os.path.join(root, *parts)
 
 
 def demos_dir(cfg: ExperimentConfig) -> str:
-  if cfg.sft.demos_dir:
-    return cfg.sft.demos_dir
-  root = os.environ.get("CSA_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "csa_jax"))
-  return os.path.join(root, "demos")
+  return cfg.sft.demos_dir or cache_dir("demos")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
   """A JSON-ready view of a config tree."""
   return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+# Keys of a run's config.json that are records of the run, not config.
+RECORDS = ("provenance",)
+
+
+def from_dict(cls: type, data: Mapping[str, Any], source: str = "config",
+              _prefix: str = "") -> Any:
+  """The config dataclass `cls` back from its `to_dict` form (a run's config.json, or one
+  section of it): keys the code no longer has are refused (a config from other code),
+  missing ones take their defaults. `source` names the file in messages."""
+  if not isinstance(data, Mapping):
+    raise ConfigError(f"{source}: {_prefix.rstrip('.') or 'config'} should be a section, "
+                      f"got {data!r}")
+  hints = typing.get_type_hints(cls)
+  names = {f.name for f in dataclasses.fields(cls)}
+  unknown = sorted(set(data) - names - (set(RECORDS) if cls is ExperimentConfig else set()))
+  if unknown:
+    raise ConfigError(f"{source}: unknown config key {_prefix + unknown[0]!r} (written by "
+                      "another version of csa-jax?)")
+  kwargs = {k: _from_value(hints[k], v, source, _prefix + k) for k, v in data.items()
+            if k in names}
+  try:
+    return cls(**kwargs)
+  except (TypeError, ValueError) as e:
+    raise ConfigError(f"{source}: {_prefix.rstrip('.') or 'config'}: {e}") from None
+
+
+def _from_value(typ: Any, value: Any, source: str, key: str) -> Any:
+  origin, args = typing.get_origin(typ), typing.get_args(typ)
+  if origin in (typing.Union, types.UnionType):
+    if value is None:
+      return None
+    inner = [a for a in args if a is not type(None)]
+    return _from_value(inner[0], value, source, key) if len(inner) == 1 else value
+  if dataclasses.is_dataclass(typ):
+    return from_dict(typ, value, source, key + ".")
+  if origin is tuple:
+    return tuple(value)
+  if typ is float and isinstance(value, int) and not isinstance(value, bool):
+    return float(value)
+  return value

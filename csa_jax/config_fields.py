@@ -129,10 +129,14 @@ FIELDS: dict[str, Field] = {
     "tokenizer.vocab_size": F("size of the byte-level BPE trained on the demonstrations "
                               "(from-scratch policies; 256 bytes + pad + end at least)",
                               ge(258)),
-    "model_path": F("a local Hugging Face Llama/Qwen2 directory to start from; empty: a "
-                    "decoder of `model`'s shape trained from scratch"),
-    "pretrained": F("the checkpoint a full-size preset is sized for (then model_path is "
-                    "required); empty: any policy"),
+    "model_origin": F("where model_path's weights came from (path, sha256s, GGUF source): "
+                      "recorded when the run's config is resolved, not set by hand"),
+    "model_path": F("a local Hugging Face Llama/Qwen2 directory to start from (its shape "
+                    "replaces model's at start); empty: a decoder of `model`'s shape "
+                    "trained from scratch"),
+    "pretrained": F("the checkpoint the experiment is for: model_path is required, unless "
+                    "it is packaged (imported into the cache on first use); empty: any "
+                    "policy"),
     # model (csa_jax/model/config.py checks these too when they are set)
     "model.vocab_size": F("embedding rows (>= the tokenizer's size)", ge(1)),
     "model.hidden_size": F("width of the residual stream", ge(1)),
@@ -192,6 +196,8 @@ FIELDS: dict[str, Field] = {
                         "observation text", one_of(("state", "faithful"))),
     "rollout.action_format": F("'bare': the answer is the action; 'think': reasoning, then "
                                "<action>...</action>", one_of(("bare", "think"))),
+    "rollout.system_prompt": F("a chat model's system message (empty: its template's "
+                               "default); unused by from-scratch policies"),
     "rollout.prefill_chunk": F("prompt rows per prefill pass (0: all at once); divides the "
                                "sampler's rows", ge(0)),
     "rollout.overlap": F("step one half of the environments while the device samples for "
@@ -233,6 +239,10 @@ FIELDS: dict[str, Field] = {
                               ge(0)),
     "algo.row_weight": F("weight of one agent step: 'step' (all alike) or 'episode' (an "
                          "episode's steps share one weight)", one_of(("step", "episode"))),
+    "algo.update_rows": F("rows the update trains on: all, or decisive (oracle label "
+                          "+-1; routine rows left out)", one_of(("all", "decisive"))),
+    "algo.log_row_classes": F("log gradient norm, entropy and |advantage| of decisive and "
+                              "routine rows apart (needs oracle labels)"),
     "algo.epochs": F("passes over an iteration's rows", ge(1)),
     "algo.minibatch_size": F("rows per RL update", ge(1)),
     "algo.istar.beta": F("iStar: implicit PRM reward scale", gt(0)),
@@ -288,7 +298,16 @@ FIELDS: dict[str, Field] = {
     "eval.greedy": F("evaluate with greedy actions"),
     "eval.sampled": F("evaluate with actions sampled at eval.temperature"),
     "eval.every": F("evaluate every N RL iterations (0: before and after RL only)", ge(0)),
+    "eval.every_episodes": F("held-out tasks of the intermediate evaluations (0: "
+                             "eval.num_episodes)", ge(0)),
+    "eval.every_greedy": F("intermediate evaluations also greedy (else sampled only)"),
+    "eval.oracle_prob": F("also the exact probability of the oracle action at each "
+                          "held-out task's first step"),
     "eval.temperature": F("temperature of the sampled evaluation (0: the rollout's)", ge(0)),
+    # log
+    "log.wandb": F("also log every metrics line to Weights & Biases (WANDB_MODE=offline: on "
+                   "disk only, in the work directory's wandb/)"),
+    "log.wandb_project": F("the W&B project the run is logged to"),
     # top level
     "rl_iterations": F("RL iterations (0: SFT and its evaluation only)", ge(0)),
     "rl_env_steps": F("RL budget in environment steps (0: none, rl_iterations only)", ge(0)),

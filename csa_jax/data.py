@@ -93,6 +93,16 @@ def batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: i
           .batch(batch_size, drop_remainder=True))
 
 
+def ordered_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: int,
+                    pad_id: int) -> list[dict[str, np.ndarray]]:
+  """`rows` in their order as fixed-shape batches, the last padded with zero-loss rows
+  (for a pass over rows whose order matters: evaluations, diagnostics)."""
+  rows = list(rows) + [empty_row(pad_id)] * (-len(rows) % batch_size)
+  arrays = [row_arrays(r, seq_len, action_len) for r in rows]
+  return [{k: np.stack([a[k] for a in arrays[i:i + batch_size]]) for k in BATCH_KEYS}
+          for i in range(0, len(arrays), batch_size)]
+
+
 def _shuffled(rows: Sequence[Row], batch_size: int, pad_id: int, seed: int, epochs: int
               ) -> grain.MapDataset:
   """`rows` padded with zero-loss rows to whole batches, shuffled anew each epoch: the row

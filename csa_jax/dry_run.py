@@ -31,7 +31,6 @@ backward pass. A GPU or TPU compile of the same program is the number to trust t
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from typing import Any
@@ -43,6 +42,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from csa_jax import mesh as mesh_lib
+from csa_jax import pretrained
 from csa_jax import sampling
 from csa_jax import train_step as ts
 from csa_jax.config import ExperimentConfig, micro_batches
@@ -92,18 +92,12 @@ class Plan:
 
 
 def model_config(cfg: ExperimentConfig) -> tuple[ModelConfig, str]:
-  """The policy's shape and where it came from: model_path's config.json (dtypes, remat
-  and scan_layers from the experiment's `model`), else the experiment's own `model`."""
-  m = cfg.model
+  """The policy's shape and where it came from: model_path's config.json (dtypes, remat,
+  scan_layers and LoRA from the experiment's `model`), else the experiment's own `model`."""
   if not cfg.model_path:
-    return m, "experiment's model"
-  path = os.path.join(cfg.model_path, hf.CONFIG_FILE)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"model_path {cfg.model_path} has no {hf.CONFIG_FILE}")
-  with open(path) as f:
-    shape = hf.config_from_hf(json.load(f), dtype=m.dtype, param_dtype=m.param_dtype,
-                              source=path)
-  return shape.replace(remat=m.remat, scan_layers=m.scan_layers), path
+    return cfg.model, "experiment's model"
+  return (pretrained.checkpoint_model(cfg.model_path, cfg.model),
+          os.path.join(cfg.model_path, hf.CONFIG_FILE))
 
 
 def _bytes_per_device(tree: Any) -> int:
@@ -150,7 +144,7 @@ def plan(cfg: ExperimentConfig, *, log=print) -> Plan:
   mesh = mesh_lib.make_mesh(cfg.mesh)
   mcfg, source = model_config(cfg)
   r, a = cfg.rollout, cfg.algo
-  seq_len, act_len = r.max_prompt_tokens + r.max_action_tokens, r.max_action_tokens
+  seq_len, act_len = r.seq_len, r.max_action_tokens
   if seq_len > mcfg.max_seq_len:
     mcfg = mcfg.replace(max_seq_len=seq_len)  # the checkpoint's own limit is far larger
   abstract = nnx.eval_shape(lambda: Decoder(mcfg, rngs=nnx.Rngs(0)))

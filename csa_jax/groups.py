@@ -160,9 +160,10 @@ def step_rows(tr: Trajectory, max_turns: int) -> list[data_lib.Row]:
           for t, st in enumerate(tr.steps[:max_turns]) if st.action_ids]
 
 
-def rl_rows(batch: GroupBatch, adv_BxGxT: np.ndarray, row_weight: str = "step"
-            ) -> list[data_lib.Row]:
-  """One row per real step, with that step's advantage (group by group).
+def rl_rows(batch: GroupBatch, adv_BxGxT: np.ndarray, row_weight: str = "step",
+            keep_BxGxT: np.ndarray | None = None) -> list[data_lib.Row]:
+  """One row per real step, with that step's advantage (group by group); with
+  `keep_BxGxT`, only the steps where it is true (csa_jax/oracle_rows.py).
 
   row_weight "episode" scales each row's advantage by mean_len / len(its episode), so
   every episode carries the same total weight in the loss whatever its length (the
@@ -175,7 +176,7 @@ def rl_rows(batch: GroupBatch, adv_BxGxT: np.ndarray, row_weight: str = "step"
   for (b, g, tr), n in zip(batch.places(), lens):
     scale = mean_len / n if row_weight == "episode" and n else 1.0
     for t, st in enumerate(tr.steps[:T]):
-      if st.action_ids:
+      if st.action_ids and (keep_BxGxT is None or keep_BxGxT[b, g, t]):
         rows.append({"prompt_ids": st.prompt_ids, "action_ids": st.action_ids,
                      "old_logps": st.action_logps,
                      "advantage": float(adv_BxGxT[b, g, t]) * scale})

@@ -1,17 +1,16 @@
 """Metrics (host side): what the proposal measures, and where it is written.
 
 - success rate and episode length of a set of trajectories;
-- writers: JSONL (one object per line, flushed each write, so a crash loses nothing
-  written), TensorBoard events, and a PNG learning curve (success vs env steps).
+- the JSONL files a run writes (csa_jax/loggers.py writes them): per-episode outcomes
+  (`EPISODES_FILE`), how they are replaced and read back.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Sequence
-
-import numpy as np
 
 from csa_jax.rollout import Trajectory
 
@@ -48,6 +47,9 @@ def episode_rates(sums: dict[str, int], prefix: str) -> dict[str, float]:
 
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
 EPISODE_KEYS = ("step", "policy", "split", "index", "success", "length", "return")
+# Per held-out task, the probability of the oracle action at its first step
+# (csa_jax/evaluation.py, OracleProbs): step, policy ("eval_oracle"), split, index, prob.
+ORACLE_FILE = os.path.join("eval", "oracle_probs.jsonl")
 
 
 def episode_records(trajs, step: int, policy: str) -> list[dict[str, Any]]:
@@ -80,114 +82,31 @@ def rewrite_jsonl(path: str, records: list[dict[str, Any]]) -> None:
   os.replace(tmp, path)
 
 
-class MetricsWriter:
-  """Appends metrics to `metrics.jsonl` and TensorBoard events under `workdir`; each
-  evaluation's per-episode outcomes go to `eval/episodes.jsonl` (`write_episodes`)."""
-
-  def __init__(self, workdir: str, tensorboard: bool = True):
-    os.makedirs(workdir, exist_ok=True)
-    self.episodes_path = os.path.join(workdir, EPISODES_FILE)
-    self.path = os.path.join(workdir, "metrics.jsonl")
-    self._f = open(self.path, "a")
-    self._tb = None
-    if tensorboard:
-      from tensorboardX import SummaryWriter
-      self._tb = SummaryWriter(os.path.join(workdir, "tb"))
-
-  def write(self, step: int, metrics: dict[str, Any], tb_step: int | None = None) -> None:
-    """One JSONL line at `step`; TensorBoard gets the values at `tb_step` (default `step`):
-    SFT's curve is logged at RL step 0 with its batch number as the TensorBoard step."""
-    clean = {k: float(v) for k, v in metrics.items()}
-    self._f.write(json.dumps({"step": int(step), **clean}) + "\n")
-    self._f.flush()
-    if self._tb is not None:
-      for k, v in clean.items():
-        if np.isfinite(v):
-          self._tb.add_scalar(k, v, step if tb_step is None else tb_step)
-      self._tb.flush()
-
-  def episodes(self, records: list[dict[str, Any]]) -> None:
-    write_episodes(self.episodes_path, records)
-
-  def drop_after(self, step: int) -> None:
-    """Removes the JSONL lines of steps after `step` (resuming from a checkpoint there),
-    and a last line cut short by a kill mid-write; the same for episode records."""
-    self.keep(lambda r: r["step"] <= step)
-    if os.path.exists(self.episodes_path):
-      rewrite_jsonl(self.episodes_path, [
-          r for r in read_jsonl(self.episodes_path, tolerate_partial_last=True)
-          if r["step"] <= step])
-
-  def keep(self, predicate) -> None:
-    """Keeps only the metrics lines (records) for which `predicate` is true."""
-    self._f.close()
-    rewrite_jsonl(self.path, [r for r in read_jsonl(self.path, tolerate_partial_last=True)
-                              if predicate(r)])
-    self._f = open(self.path, "a")
-
-  def close(self) -> None:
-    self._f.close()
-    if self._tb is not None:
-      self._tb.close()
-
-
-class NullWriter:
-  """What processes other than 0 write: nothing (csa_jax/distributed.py, is_writer)."""
-
-  def __init__(self, workdir: str):
-    self.path = os.path.join(workdir, "metrics.jsonl")
-
-  def write(self, step: int, metrics: dict[str, Any], tb_step: int | None = None) -> None:
-    del step, metrics, tb_step
-
-  def episodes(self, records: list[dict[str, Any]]) -> None:
-    del records
-
-  def drop_after(self, step: int) -> None:
-    del step
-
-  def keep(self, predicate) -> None:
-    del predicate
-
-  def close(self) -> None:
-    pass
-
-
 def read_jsonl(path: str, tolerate_partial_last: bool = False) -> list[dict[str, Any]]:
+  """The records of a JSONL file (metrics.jsonl, eval/episodes.jsonl).
+
+  A last line without its newline (a write the process did not live to finish) is dropped
+  silently with `tolerate_partial_last` (a resume expects one). Any other line that is not
+  a JSON object, as such a cut line becomes once a resumed run appends the next one to it,
+  is dropped with one warning for the file, as a damaged checkpoint is: the records around
+  it are whole, and a resume rewrites the file without it.
+  """
   with open(path) as f:
-    lines = [line for line in f if line.strip()]
-  if tolerate_partial_last and lines and not lines[-1].endswith("\n"):
-    lines = lines[:-1]  # a write the process did not live to finish
-  return [json.loads(line) for line in lines]
-
-
-def plot_learning_curve(jsonl_path: str, png_path: str, title: str = "") -> str:
-  """Success rate against cumulative training env steps: rollouts and evaluations."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  recs = read_jsonl(jsonl_path)
-  fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-  train = [(r["perf/env_steps_total"], r["rollout/success"]) for r in recs
-           if "rollout/success" in r and "perf/env_steps_total" in r]
-  if train:
-    x, y = zip(*train)
-    ax.plot(x, y, ".-", alpha=0.6, label="training rollouts (sampled)")
-  for prefix, style, label in (("eval", "o-", "held-out eval (greedy)"),
-                                ("eval_sampled", "s--", "held-out eval (sampled)")):
-    evals = [(r["perf/env_steps_total"], r[f"{prefix}/success"]) for r in recs
-             if f"{prefix}/success" in r and "perf/env_steps_total" in r]
-    if evals:
-      x, y = zip(*evals)
-      ax.plot(x, y, style, color="black", label=label)
-  ax.set_xlabel("environment steps in RL training")
-  ax.set_ylabel("success rate")
-  ax.set_ylim(-0.02, 1.02)
-  ax.grid(alpha=0.3)
-  ax.legend(loc="best")
-  ax.set_title(title)
-  fig.tight_layout()
-  fig.savefig(png_path)
-  plt.close(fig)
-  return png_path
+    lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+  if tolerate_partial_last and lines and not lines[-1][1].endswith("\n"):
+    lines = lines[:-1]
+  records, damaged = [], []
+  for n, line in lines:
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError:
+      record = None
+    if isinstance(record, dict):
+      records.append(record)
+    else:
+      damaged.append(n)
+  if damaged:
+    print(f"warning: {path}: dropped {len(damaged)} damaged line(s) (line "
+          f"{', '.join(map(str, damaged[:3]))}{', ...' if len(damaged) > 3 else ''}): not a "
+          "JSON object, as a write cut short by a crash leaves", file=sys.stderr)
+  return records

@@ -1,18 +1,70 @@
-"""The jitted sampler (csa_jax/sampling.py) as a host-side policy over lists of token ids:
-what the rollout (csa_jax/rollout.py) calls to act, with its own checkpointed key stream,
-sampling only the live rows of a call."""
+"""The policy: how a run's model, tokenizer and prompt format are built (`build_policy`,
+the one place the trainer and every post-training command build them), and the jitted
+sampler (csa_jax/sampling.py) as a host-side policy over lists of token ids
+(`SamplerPolicy`): what the rollout (csa_jax/rollout.py) calls to act, with its own
+checkpointed key stream, sampling only the live rows of a call."""
 
 from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from csa_jax import mesh as mesh_lib
 from csa_jax import rollout as rollout_lib
 from csa_jax import sampling
 from csa_jax.config import ExperimentConfig
+from csa_jax.model import Decoder, hf
+from csa_jax.prompts import PromptFormat
+from csa_jax.setup_checks import SetupError
 from csa_jax.tokenizer import Tokenizer
+
+
+class BuiltPolicy(NamedTuple):
+  tok: Tokenizer
+  fmt: PromptFormat
+  graphdef: Any
+  params: Any  # freshly initialised (or the checkpoint's): what a restore fills
+
+
+def build_policy(cfg: ExperimentConfig, mesh,
+                 tokenizer: Callable[[PromptFormat], Tokenizer]) -> BuiltPolicy:
+  """The run's policy as `cfg` describes it, its parameters placed on `mesh` by the
+  training rules.
+
+  With `model_path`: that Hugging Face checkpoint's weights and tokenizer, prompts in its
+  chat template where it has one, and the model's remat, scan and LoRA settings (adapters
+  drawn from the seed over the frozen base). Else a decoder of `model`'s shape initialised
+  from the seed, reading raw prompt text, with the run's own tokenizer: `tokenizer(fmt)`
+  (the trainer trains it on the demonstrations, or reads back the one it saved; the
+  post-training commands read the saved one). A checkpoint restores into what this
+  returns, so everything that shapes the parameter tree is decided here and only here.
+  """
+  if cfg.model_path:
+    try:
+      model, tok = hf.from_pretrained(cfg.model_path, dtype=cfg.model.dtype,
+                                      param_dtype=cfg.model.param_dtype, mesh=mesh,
+                                      rules=mesh_lib.TRAIN_RULES, remat=cfg.model.remat,
+                                      scan_layers=cfg.model.scan_layers, lora=cfg.model.lora,
+                                      seed=cfg.seed)
+    except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
+      raise SetupError(f"model_path {cfg.model_path}: {str(e).splitlines()[0]}") from None
+    fmt = (PromptFormat.chat(tok, cfg.rollout.action_format, cfg.rollout.system_prompt)
+           if tok.chat_template
+           else PromptFormat(action_prefix=" ", action_format=cfg.rollout.action_format))
+  else:
+    fmt = PromptFormat(action_format=cfg.rollout.action_format)
+    tok = tokenizer(fmt)
+    if tok.vocab_size > cfg.model.vocab_size:
+      raise SetupError(f"tokenizer has {tok.vocab_size} tokens, model.vocab_size is "
+                       f"{cfg.model.vocab_size}")
+    model = Decoder(cfg.model, rngs=nnx.Rngs(cfg.seed))
+    mesh_lib.shard_model(model, mesh, mesh_lib.TRAIN_RULES)
+  graphdef, params = nnx.split(model, nnx.Param)
+  return BuiltPolicy(tok, fmt, graphdef, params)
 
 
 def sampling_config(cfg: ExperimentConfig, tok: Tokenizer, *, greedy: bool,

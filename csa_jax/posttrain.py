@@ -19,15 +19,12 @@ import json
 import os
 import shutil
 import textwrap
-import types
-import typing
-from typing import Any, Mapping
+from typing import Any
 
-from csa_jax.config import ConfigError, ExperimentConfig
+from csa_jax import workdir as workdir_lib
+from csa_jax.config import ConfigError, ExperimentConfig, from_dict
 
 CONFIG_FILE = "config.json"
-# Keys of config.json that are records of the run, not config (trainer, provenance).
-NOT_CONFIG = ("provenance",)
 
 
 class RunError(ConfigError):
@@ -36,40 +33,6 @@ class RunError(ConfigError):
 
 # ----------------------------------------------------------------------------------------
 # config.json -> ExperimentConfig.
-
-
-def _from_value(typ: Any, value: Any, key: str) -> Any:
-  origin, args = typing.get_origin(typ), typing.get_args(typ)
-  if origin in (typing.Union, types.UnionType):
-    if value is None:
-      return None
-    inner = [a for a in args if a is not type(None)]
-    return _from_value(inner[0], value, key) if len(inner) == 1 else value
-  if dataclasses.is_dataclass(typ):
-    if not isinstance(value, Mapping):
-      raise RunError(f"{CONFIG_FILE}: {key} should be a section, got {value!r}")
-    return from_dict(typ, value, key + ".")
-  if origin is tuple:
-    return tuple(value)
-  if typ is float and isinstance(value, int) and not isinstance(value, bool):
-    return float(value)
-  return value
-
-
-def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
-  """The dataclass `cls` from its `config.to_dict` form; keys the code no longer has are
-  refused (a config.json from other code), missing ones take their defaults."""
-  hints = typing.get_type_hints(cls)
-  names = {f.name for f in dataclasses.fields(cls)}
-  unknown = sorted(set(data) - names - (set(NOT_CONFIG) if not prefix else set()))
-  if unknown:
-    raise RunError(f"{CONFIG_FILE}: unknown config key {prefix + unknown[0]!r} (written by "
-                   "another version of csa-jax?)")
-  kwargs = {k: _from_value(hints[k], v, prefix + k) for k, v in data.items() if k in names}
-  try:
-    return cls(**kwargs)
-  except (TypeError, ValueError) as e:
-    raise RunError(f"{CONFIG_FILE}: {prefix or 'config'}: {e}") from None
 
 
 def load_config(workdir: str) -> ExperimentConfig:
@@ -82,7 +45,7 @@ def load_config(workdir: str) -> ExperimentConfig:
       data = json.load(f)
   except json.JSONDecodeError as e:
     raise RunError(f"{path}: malformed JSON ({e})") from None
-  return from_dict(ExperimentConfig, data)
+  return from_dict(ExperimentConfig, data, source=CONFIG_FILE)
 
 
 # ----------------------------------------------------------------------------------------
@@ -105,45 +68,28 @@ class SavedPolicy:
     return nnx.merge(self.graphdef, self.params)
 
 
-def _policy_pieces(cfg: ExperimentConfig, workdir: str, mesh):
-  """(tokenizer, prompt format, graphdef, initial params) as the trainer builds them."""
-  from flax import nnx  # pylint: disable=import-outside-toplevel
-
-  from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
-  from csa_jax import prompts  # pylint: disable=import-outside-toplevel
-  from csa_jax.model import Decoder, hf  # pylint: disable=import-outside-toplevel
+def _saved_tokenizer(workdir: str):
+  """The tokenizer a from-scratch run saved (`build_policy`'s `tokenizer`)."""
   from csa_jax.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
 
-  if cfg.model_path:
-    try:
-      model, tok = hf.from_pretrained(cfg.model_path, dtype=cfg.model.dtype,
-                                      param_dtype=cfg.model.param_dtype, mesh=mesh,
-                                      rules=mesh_lib.TRAIN_RULES,
-                                      scan_layers=cfg.model.scan_layers)
-    except (ValueError, FileNotFoundError) as e:
-      raise RunError(f"model_path {cfg.model_path}: {str(e).splitlines()[0]}") from None
-    fmt = (prompts.PromptFormat.chat(tok, cfg.rollout.action_format) if tok.chat_template
-           else prompts.PromptFormat(action_prefix=" ",
-                                     action_format=cfg.rollout.action_format))
-  else:
+  def read(fmt):
+    del fmt  # the run's own ids, whatever it was trained on
     path = os.path.join(workdir, "tokenizer.json")
     if not os.path.isfile(path):
       raise RunError(f"--workdir {workdir}: no tokenizer.json (the run stopped before "
                      "SFT began)")
-    tok = Tokenizer.load(path)
-    fmt = prompts.PromptFormat(action_format=cfg.rollout.action_format)
-    model = Decoder(cfg.model, rngs=nnx.Rngs(cfg.seed))
-    mesh_lib.shard_model(model, mesh, mesh_lib.TRAIN_RULES)
-  graphdef, params = nnx.split(model, nnx.Param)
-  return tok, fmt, graphdef, params
+    return Tokenizer.load(path)
+
+  return read
 
 
-def available_steps(workdir: str) -> tuple[list[int], bool]:
-  """(RL checkpoint steps, whether an SFT checkpoint exists), without opening them."""
-  ckpt = os.path.join(workdir, "checkpoints")
-  steps = sorted(int(d) for d in os.listdir(ckpt) if d.isdigit()) if os.path.isdir(ckpt) else []
-  from csa_jax.config import has_sft_checkpoint  # pylint: disable=import-outside-toplevel
-  return steps, has_sft_checkpoint(workdir)
+def _mesh(cfg: ExperimentConfig):
+  """cfg.mesh built, or one line for a mesh that does not fit the devices."""
+  from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
+  try:
+    return mesh_lib.make_mesh(cfg.mesh)
+  except ValueError as e:
+    raise RunError(str(e)) from None
 
 
 def load(workdir: str, step: str | None = None, overrides: list[str] | None = None,
@@ -151,16 +97,16 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
   """The policy of `workdir` at `step` ("sft", an RL checkpoint number, or None: the
   newest RL checkpoint, else the SFT weights), with `overrides` applied to its config."""
   from csa_jax import algorithms  # pylint: disable=import-outside-toplevel
-  from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
   from csa_jax import train_step as ts  # pylint: disable=import-outside-toplevel
   from csa_jax.checkpoint import Checkpointer, CheckpointError  # pylint: disable=import-outside-toplevel
   from csa_jax.config import apply_overrides  # pylint: disable=import-outside-toplevel
+  from csa_jax.policy import build_policy  # pylint: disable=import-outside-toplevel
 
   cfg = load_config(workdir)
   if mesh:
     cfg = dataclasses.replace(cfg, mesh=mesh)
   cfg = apply_overrides(cfg, list(overrides or []))
-  steps, has_sft = available_steps(workdir)
+  steps, has_sft = workdir_lib.rl_steps(workdir), workdir_lib.has_sft_checkpoint(workdir)
   if step is None:
     step = str(steps[-1]) if steps else "sft"
   if step != "sft" and not (step.isdigit() and int(step) in steps):
@@ -170,25 +116,58 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
   if step == "sft" and not has_sft:
     raise RunError(f"--workdir {workdir}: no checkpoint to load (no RL checkpoint and no "
                    "finished SFT stage)")
-  try:
-    m = mesh_lib.make_mesh(cfg.mesh)
-  except ValueError as e:
-    raise RunError(str(e)) from None
-  tok, fmt, graphdef, params = _policy_pieces(cfg, workdir, m)
+  m = _mesh(cfg)
+  tok, fmt, graphdef, params = build_policy(cfg, m, _saved_tokenizer(workdir))
   try:
     if step == "sft":
-      params, _ = Checkpointer(os.path.join(workdir, "sft"), max_to_keep=1).restore(params)
+      params, _ = Checkpointer(os.path.join(workdir, workdir_lib.SFT),
+                               max_to_keep=1).restore(params)
     else:
       # The tree the trainer saved (train state, and the method's auxiliary state).
       tx = ts.make_optimizer(cfg.optim)
       state = ts.init_state(params, tx)
       aux = algorithms.get(cfg.algo.method).init_aux(cfg, state.params)
-      ckpt = Checkpointer(os.path.join(workdir, "checkpoints"))
+      ckpt = Checkpointer(os.path.join(workdir, workdir_lib.CHECKPOINTS))
       tree, _ = ckpt.restore(algorithms.pack_state(state, aux), int(step))
       params = algorithms.unpack_state(tree, aux)[0].params
   except CheckpointError as e:
     raise RunError(str(e)) from None
   return SavedPolicy(cfg, workdir, step, tok, fmt, graphdef, params, m)
+
+
+def load_prompted(cfg: ExperimentConfig, workdir: str) -> SavedPolicy:
+  """The pretrained model of `cfg` (a resolved config with a model_path) as it is, with no
+  training: the prompted baseline, evaluated like a run's checkpoints (`evaluate`)."""
+  from csa_jax.policy import build_policy  # pylint: disable=import-outside-toplevel
+  if not cfg.model_path:
+    raise RunError(f"--prompted evaluates a pretrained model, and {cfg.name} trains one from "
+                   "scratch: --set model_path=DIR, or an experiment with a pretrained model "
+                   "(`--list` shows them)")
+  m = _mesh(cfg)
+  tok, fmt, graphdef, params = build_policy(cfg, m, tokenizer=None)  # model_path's own
+  return SavedPolicy(cfg, workdir, "prompted", tok, fmt, graphdef, params, m)
+
+
+def write_prompted(saved: SavedPolicy, result: dict[str, Any]) -> list[str]:
+  """The prompted baseline's files, read the way a run's evaluation is: config.json,
+  metrics.jsonl (its rates at step 0, where a run has its SFT evaluation),
+  eval/episodes.jsonl (one record per episode) and eval/step_prompted.json."""
+  from csa_jax import loggers  # pylint: disable=import-outside-toplevel
+  from csa_jax import provenance  # pylint: disable=import-outside-toplevel
+  from csa_jax.config import to_dict  # pylint: disable=import-outside-toplevel
+  os.makedirs(saved.workdir, exist_ok=True)
+  with open(os.path.join(saved.workdir, CONFIG_FILE), "w") as f:
+    json.dump(to_dict(saved.cfg) | {"provenance": provenance.record() | {
+        "policy": "prompted: the pretrained model, no training"}}, f, indent=2)
+  writer = loggers.MetricsWriter(saved.workdir, tensorboard=False)
+  try:
+    writer.keep(lambda r: False)  # an earlier evaluation of this directory is replaced
+    writer.write(0, result["metrics"] | {"perf/env_steps_total": 0})
+    writer.episodes(result["episodes"])
+  finally:
+    writer.close()
+  return [os.path.join(saved.workdir, CONFIG_FILE), writer.path, writer.episodes_path,
+          write_eval(saved, result)]
 
 
 def _sampler(saved: SavedPolicy, greedy: bool):
@@ -221,7 +200,7 @@ def evaluate(saved: SavedPolicy) -> dict[str, Any]:
   from csa_jax import distributed as dist  # pylint: disable=import-outside-toplevel
   from csa_jax.evaluation import evaluate as trainer_evaluate  # pylint: disable=import-outside-toplevel
   c = saved.cfg
-  step = 0 if saved.step == "sft" else int(saved.step)
+  step = 0 if saved.step in ("sft", "prompted") else int(saved.step)
   out: dict[str, Any] = {"step": saved.step, "split": c.env.eval_split,
                          "first_task": c.eval.first_task, "metrics": {}, "episodes": []}
   with _pool(c) as pool:
@@ -271,6 +250,9 @@ def write_eval(saved: SavedPolicy, result: dict[str, Any]) -> str:
 # --export-hf
 
 
+ADAPTER_DIR = "adapter"
+
+
 def check_export_dir(path: str) -> None:
   from csa_jax.workdir import unwritable  # pylint: disable=import-outside-toplevel
   problem = unwritable(path, "--export-hf")
@@ -282,14 +264,22 @@ def check_export_dir(path: str) -> None:
 
 def export_hf(saved: SavedPolicy, path: str) -> list[str]:
   """A Hugging Face directory transformers loads (`AutoModelForCausalLM` and
-  `AutoTokenizer`): config.json and safetensors weights in the run's param_dtype, the
-  tokenizer (the run's own, or model_path's files), and csa_jax.json with the prompt
-  settings the policy was trained with."""
+  `AutoTokenizer`): config.json and safetensors weights in the run's param_dtype (a LoRA
+  policy merged into its base), the tokenizer (the run's own, or model_path's files), and
+  csa_jax.json with the prompt settings the policy was trained with. A LoRA policy's
+  adapters alone go to `ADAPTER_DIR` inside it, in the PEFT format (`peft.PeftModel`
+  loads them onto model_path's base); apart, because transformers, finding an
+  adapter_config.json beside config.json, would load the adapters onto that base instead
+  of reading the merged weights."""
   from csa_jax.model import hf  # pylint: disable=import-outside-toplevel
   from csa_jax.tokenizer import EOS, HF_CONFIG, PAD  # pylint: disable=import-outside-toplevel
   check_export_dir(path)
   c = saved.cfg
-  hf.save_pretrained(saved.model(), path)
+  model = saved.model()
+  hf.save_pretrained(model, path)
+  if c.model.lora.enabled:
+    hf.save_peft(model, os.path.join(path, ADAPTER_DIR),
+                 base_model_name_or_path=os.path.abspath(c.model_path) if c.model_path else "")
   if c.model_path:
     for name in os.listdir(c.model_path):
       if name.startswith(("tokenizer", "special_tokens", "generation_config", "vocab",
@@ -306,12 +296,17 @@ def export_hf(saved: SavedPolicy, path: str) -> list[str]:
   hf_cfg |= {"eos_token_id": saved.tok.eos_id, "pad_token_id": saved.tok.pad_id}
   with open(cfg_path, "w") as f:
     json.dump(hf_cfg, f, indent=2)
+  record = {"run": os.path.abspath(saved.workdir), "step": saved.step,
+            "experiment": c.name, "env": {"name": c.env.name, "kwargs": dict(c.env.kwargs)},
+            "rollout": {k: getattr(c.rollout, k) for k in (
+                "history_turns", "max_prompt_tokens", "max_action_tokens",
+                "action_format", "temperature")}}
+  if c.model.lora.enabled:  # a from-scratch base exists nowhere but in these merged weights
+    record["adapter"] = {"dir": ADAPTER_DIR, "base": (os.path.abspath(c.model_path)
+                                                      if c.model_path else
+                                                      f"from scratch, seed {c.seed} (not saved)")}
   with open(os.path.join(path, "csa_jax.json"), "w") as f:
-    json.dump({"run": os.path.abspath(saved.workdir), "step": saved.step,
-               "experiment": c.name, "env": {"name": c.env.name, "kwargs": dict(c.env.kwargs)},
-               "rollout": {k: getattr(c.rollout, k) for k in (
-                   "history_turns", "max_prompt_tokens", "max_action_tokens",
-                   "action_format", "temperature")}}, f, indent=2)
+    json.dump(record, f, indent=2)
   return sorted(os.listdir(path))
 
 

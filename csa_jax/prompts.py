@@ -82,9 +82,14 @@ class PromptFormat:
     return parse_action(text) if self.action_format == "think" else (text, True)
 
   @classmethod
-  def chat(cls, tok: Tokenizer, action_format: str = "bare") -> "PromptFormat":
+  def chat(cls, tok: Tokenizer, action_format: str = "bare", system: str = ""
+           ) -> "PromptFormat":
+    """The prompt as the user's message in `tok`'s chat template, after a system message
+    when `system` is given (else the template's own default, if it writes one)."""
     marker = "\x00PROMPT\x00"
-    text = tok.render_chat([{"role": "user", "content": marker}], add_generation_prompt=True)
+    messages = [{"role": "system", "content": system}] if system else []
+    text = tok.render_chat(messages + [{"role": "user", "content": marker}],
+                           add_generation_prompt=True)
     before, after = text.split(marker)
     # The template's markup holds its special tokens; the prompt between is plain text.
     return cls(tuple(tok.encode(before, specials=True)), tuple(tok.encode(after, specials=True)),

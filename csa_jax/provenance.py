@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -39,3 +40,12 @@ def record() -> dict[str, Any]:
   return {"git_commit": commit, "git_dirty": bool(status) if status is not None else None,
           "python": sys.version.split()[0], "platform": platform.platform(),
           "argv": list(sys.argv), "packages": packages}
+
+
+def sha256_file(path: str, chunk: int = 1 << 20) -> str:
+  """The hex sha256 of a file's bytes."""
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(chunk), b""):
+      h.update(block)
+  return h.hexdigest()

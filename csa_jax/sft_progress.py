@@ -13,16 +13,15 @@ import os
 import shutil
 from typing import Any
 
-DIRNAME = "sft_progress"
+from csa_jax import workdir as workdir_lib
 
 
 def directory(workdir: str) -> str:
-  return os.path.join(workdir, DIRNAME)
+  return os.path.join(workdir, workdir_lib.SFT_PROGRESS)
 
 
 def exists(workdir: str) -> bool:
-  d = directory(workdir)
-  return os.path.isdir(d) and any(x.isdigit() for x in os.listdir(d))
+  return workdir_lib.has_sft_progress(workdir)
 
 
 def save(workdir: str, state: Any, meta: dict[str, Any]) -> str:

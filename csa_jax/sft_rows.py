@@ -41,12 +41,17 @@ def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig,
           tok, rec["task"], history, rec["observations"][t], rec["admissible"][t],
           history_turns=cfg.rollout.history_turns, max_tokens=cfg.rollout.max_prompt_tokens,
           fmt=fmt)
-      action_ids = (tok.encode(fmt.answer_text(action))[: cfg.rollout.max_action_tokens - 1]
-                    + [tok.eos_id])
-      rows.append(data_lib.sft_row(prompt, action_ids))
+      rows.append(data_lib.sft_row(prompt, action_target(tok, action, cfg, fmt)))
       history.append((action, rec["observations"][t + 1] if t + 1 < len(rec["observations"])
                       else ""))
   return rows
+
+
+def action_target(tok: Tokenizer, action: str, cfg: ExperimentConfig,
+                  fmt: prompts.PromptFormat = prompts.PLAIN) -> list[int]:
+  """The token ids the policy writes for `action`: its answer text, cut to the action
+  budget, then the end token that stops the sampler."""
+  return tok.encode(fmt.answer_text(action))[: cfg.rollout.max_action_tokens - 1] + [tok.eos_id]
 
 
 def demo_corpus(records, fmt: prompts.PromptFormat = prompts.PLAIN) -> list[str]:

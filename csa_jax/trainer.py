@@ -1,12 +1,15 @@
 """The host loop: demonstrations -> tokenizer -> SFT -> RL with group advantages -> eval.
 
-Shape of one RL iteration (ARCHITECTURE.md): B tasks x G copies are played by the
-environment pool against the jitted sampler; the episodes become padded [B, G, T]
-arrays; a jitted estimator (CSA by default) turns them into per-step advantages; a grain
-pipeline turns steps into fixed-shape rows; the jitted clipped update runs over them.
-Everything that is saved (metrics, checkpoints, config, tokenizer, learning curve) lives
-under the work directory; a checkpoint after SFT and every few RL iterations makes a
-crashed run resumable with `--resume`.
+A run is four phases (`Trainer._run`): the policies (tokenizer, model, train state,
+samplers; restored on a resume), SFT and its held-out evaluation, the RL loop, and the
+final evaluation. One RL iteration: B tasks x G copies are played by the environment pool
+against the jitted sampler; the episodes become padded [B, G, T] arrays; a jitted
+estimator (CSA by default) turns them into per-step advantages; a grain pipeline turns
+steps into fixed-shape rows; the jitted clipped update runs over them. After it run the
+hooks due at its number, as Levanter's trainer hooks do: the held-out evaluation
+(`eval.every`), the metrics line (every iteration), the checkpoint (`checkpoint_every`).
+Everything a run saves lives under the work directory; its checkpoints make a crashed run
+resumable with `--resume`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 from tqdm.auto import tqdm
 
 from csa_jax import algorithms
@@ -28,20 +30,19 @@ from csa_jax import credit
 from csa_jax import data as data_lib
 from csa_jax import distributed as dist
 from csa_jax import groups
+from csa_jax import loggers
 from csa_jax import mesh as mesh_lib
-from csa_jax import metrics as metrics_lib
 from csa_jax import perf as perf_lib
-from csa_jax import prompts
 from csa_jax import provenance
 from csa_jax import rollout as rollout_lib
 from csa_jax import sft_progress
 from csa_jax import train_step as ts
+from csa_jax import workdir as workdir_lib
 from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.config import ExperimentConfig, micro_batches, to_dict
-from csa_jax.evaluation import evaluate
+from csa_jax.evaluation import OracleProbs, evaluate
 from csa_jax.guard import NonFiniteGuard
-from csa_jax.model import Decoder, hf
-from csa_jax.policy import SamplerPolicy, sampling_config
+from csa_jax.policy import BuiltPolicy, SamplerPolicy, build_policy, sampling_config
 from csa_jax.setup_checks import SetupError, check_budgets, check_processes
 from csa_jax.sft_rows import demo_corpus, demo_rows, load_demos
 from csa_jax.signals import Interrupted, StopOnSignal
@@ -57,24 +58,34 @@ class Trainer:
 
   def __post_init__(self):
     c = self.cfg
+    if self.resume and not workdir_lib.resumable(self.workdir):
+      where = os.path.abspath(os.path.join(self.workdir, workdir_lib.CHECKPOINTS))
+      raise CheckpointError(f"--resume: no checkpoint in {where}")
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = mesh_lib.make_mesh(c.mesh)
     self.algo = algorithms.get(c.algo.method)
     check_processes(c, self.algo)
     try:
-      self.sampler_mesh = dist.SamplerMesh(self.mesh)
+      # The parameters the samplers read: the training ones, or with several processes a
+      # copy on this process's devices, refreshed after every update.
+      self.live = dist.SamplerMesh(self.mesh)
     except ValueError as e:  # a 'model' axis across hosts
       raise SetupError(str(e)) from None
-    self.ckpt = Checkpointer(os.path.join(self.workdir, "checkpoints"))
-    self.sft_ckpt = Checkpointer(os.path.join(self.workdir, "sft"), max_to_keep=1)
-    if (self.resume and self.ckpt.latest_step() is None
-        and not sft_progress.exists(self.workdir)):
-      raise CheckpointError(f"--resume: no checkpoint in {self.ckpt.directory}")
+    self.ckpt = Checkpointer(os.path.join(self.workdir, workdir_lib.CHECKPOINTS))
+    # A checkpoint of another process count is refused before anything is built or read.
+    wrote = self.resume and self.ckpt.latest_step() is not None and int(
+        self.ckpt.read_meta()["processes"])
+    if wrote and wrote != dist.process_count():
+      self.ckpt.close()
+      raise CheckpointError(
+          f"--resume: the checkpoint in {self.ckpt.directory} was written by {wrote} "
+          f"process(es) and this run has {dist.process_count()}; resume with {wrote} (each "
+          "process plays its own share of the task groups with its own sampler stream)")
+    self.sft_ckpt = Checkpointer(os.path.join(self.workdir, workdir_lib.SFT), max_to_keep=1)
     if dist.is_writer():
       with open(os.path.join(self.workdir, "config.json"), "w") as f:
         json.dump(to_dict(c) | {"provenance": provenance.record()}, f, indent=2)
-    self.writer = (metrics_lib.MetricsWriter(self.workdir) if dist.is_writer()
-                   else metrics_lib.NullWriter(self.workdir))
+    self.writer = loggers.open_for(c, self.workdir)
     self.np_rng = np.random.default_rng(c.seed)
     self.aux: Any = {}  # the method's auxiliary state (models, optimizer states)
     self.env_steps = 0
@@ -85,60 +96,91 @@ class Trainer:
     self.guard = NonFiniteGuard(c.optim.max_nonfinite_in_a_row)
     self.stop = StopOnSignal()
     self.perf = perf_lib.Timer()  # where each RL iteration's time goes (perf/ metrics)
+    self.save_s = 0.0  # the save that ended the last RL iteration (perf/checkpoint_s)
+    # Built as the run starts (`_start_policies`, `_rl_phase`): the environment pool; the
+    # policy's tokenizer, prompt format, model graph and optimizer; the KL anchor; what the
+    # method may use (`_context`); the RL loop's progress bar.
+    self.pool = self.tok = self.fmt = self.graphdef = self.tx = None
+    self.ref_params = self.ctx = self.bar = None
+    self.policies: dict[str, SamplerPolicy] = {}  # rollout, eval (greedy), eval_sampled
+    self.eval_keys: dict[str, jax.Array] = {}  # the evaluations' fixed keys
+    self.oracle: OracleProbs | None = None  # the oracle action's probability (eval.oracle_prob)
 
   # -- set-up --------------------------------------------------------------------------
 
-  def _policy(self, records):
-    """(tokenizer, prompt format, graphdef, params): a pretrained HF checkpoint when
-    `model_path` is set, else a byte-level BPE trained on the demonstrations and a
-    freshly initialised decoder of `model`'s shape."""
+  def _policy(self) -> tuple[list | None, BuiltPolicy]:
+    """(demonstrations, the run's policy: `build_policy`). From scratch, the tokenizer is
+    `sft.init_from`'s (then no demonstrations are read), the one saved here (a resume: the
+    ids must stay the ones trained on), or a byte-level BPE trained on the demonstrations."""
     c = self.cfg
-    if c.model_path:
-      try:
-        model, tok = hf.from_pretrained(c.model_path, dtype=c.model.dtype,
-                                        param_dtype=c.model.param_dtype,
-                                        mesh=self.mesh, rules=mesh_lib.TRAIN_RULES,
-                                        remat=c.model.remat,
-                                        scan_layers=c.model.scan_layers,
-                                        lora=c.model.lora, seed=c.seed)
-      except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
-        raise SetupError(f"model_path {c.model_path}: {str(e).splitlines()[0]}") from None
-      fmt = (prompts.PromptFormat.chat(tok, c.rollout.action_format) if tok.chat_template
-             else prompts.PromptFormat(action_prefix=" ",
-                                       action_format=c.rollout.action_format))
-    else:
-      fmt = prompts.PromptFormat(action_format=c.rollout.action_format)
-      path = os.path.join(self.workdir, "tokenizer.json")
+    path = os.path.join(self.workdir, "tokenizer.json")
+    if c.model_path:  # loaded first: a bad model directory fails before demos are built
+      policy = build_policy(c, self.mesh, tokenizer=None)
+      return (None if c.sft.init_from else load_demos(c)), policy
+    records = None if c.sft.init_from else load_demos(c)
+    if c.sft.init_from and not os.path.exists(path):
+      shutil.copy(os.path.join(c.sft.init_from, "tokenizer.json"), path)
 
-      def tokenizer():
-        if os.path.exists(path):  # resuming: the ids must stay the ones trained on
-          return Tokenizer.load(path)
-        tok = train_bpe(demo_corpus(records, fmt), c.tokenizer.vocab_size)
-        tok.save(self.workdir)
-        return tok
+    def load_or_train(fmt):
+      if os.path.exists(path):
+        return Tokenizer.load(path)
+      tok = train_bpe(demo_corpus(records, fmt), c.tokenizer.vocab_size)
+      tok.save(self.workdir)
+      return tok
 
-      # Process 0 trains and saves it; the others read that file (the same ids everywhere).
-      tok = dist.first_then_rest(tokenizer, "tokenizer")
-      if tok.vocab_size > c.model.vocab_size:
-        raise ValueError(f"tokenizer has {tok.vocab_size} tokens, model.vocab_size is "
-                         f"{c.model.vocab_size}")
-      model = Decoder(c.model, rngs=nnx.Rngs(c.seed))
-      mesh_lib.shard_model(model, self.mesh, mesh_lib.TRAIN_RULES)
-    graphdef, params = nnx.split(model, nnx.Param)
-    return tok, fmt, graphdef, params
+    # Process 0 trains and saves it; the others read that file (the same ids everywhere).
+    policy = build_policy(c, self.mesh, lambda fmt: dist.first_then_rest(
+        lambda: load_or_train(fmt), "tokenizer"))
+    return records, policy
+
+  def _start_policies(self) -> tuple[list | None, Any, dict]:
+    """(demonstrations, train state, checkpoint meta): the policy, its optimizer and
+    samplers, restored from the newest checkpoint when resuming one."""
+    c = self.cfg
+    records, (self.tok, self.fmt, self.graphdef, params) = self._policy()
+    check_budgets(c, self.tok, self.fmt, self.pool, records)
+    self.tx = ts.make_optimizer(c.optim)
+    state = ts.placed_state(params, self.tx, self.mesh)
+    self.aux = self.algo.init_aux(c, state.params)  # also the template to restore into
+    self.live.update(state.params)
+    key = jax.random.key(c.seed)
+    # Rollouts sample at the rollout temperature; held-out evaluation takes greedy actions
+    # ("eval/") and, if asked, sampled ones ("eval_sampled/"), the policy RL optimises.
+    self.policies = {"rollout": SamplerPolicy(
+        self.graphdef, self.live.params, self.tok, c, greedy=False,
+        key=dist.process_key(jax.random.fold_in(key, 1)), mesh=self.live.mesh)}
+    for prefix, greedy, on in (("eval", True, c.eval.greedy),
+                               ("eval_sampled", False, c.eval.sampled)):
+      if on:
+        self.policies[prefix] = SamplerPolicy(
+            self.graphdef, self.live.params, self.tok, c, greedy=greedy,
+            key=dist.process_key(jax.random.fold_in(key, 2 + greedy)), mesh=self.live.mesh,
+            temperature=c.eval.temperature)
+    self.eval_keys = {k: p.key for k, p in self.policies.items() if k != "rollout"}
+    if c.eval.oracle_prob:
+      self.oracle = OracleProbs(self.graphdef, self.tok, c, self.fmt, sampling_config(
+          c, self.tok, greedy=False, temperature=c.eval.temperature))
+    meta = {"phase": "start", "iteration": 0}
+    if self.resume and self.ckpt.latest_step() is not None:  # else SFT's progress, if any
+      state, meta = self._restore(state)
+      self.live.update(state.params)
+      if (meta["phase"] == "done" and c.rl_iterations > int(meta["iteration"])
+          and not self._budget_spent()):
+        meta["phase"] = "rl"  # a finished run extended with a larger rl_iterations
+    return records, state, meta
 
   # -- phases --------------------------------------------------------------------------
 
-  def _sft(self, graphdef, params, tok, records) -> Any:
+  def _sft(self, params, records) -> Any:
     """Behaviour cloning; sft/nll every `log_every` batches (a curve in TensorBoard at the
     batch number). Stopped by a signal, it saves its progress (csa_jax/sft_progress.py),
     which `--resume` continues from."""
     c = self.cfg
-    rows = demo_rows(records, tok, c, self.fmt)
+    rows = demo_rows(records, self.tok, c, self.fmt)
     ds = self._batches(rows, c.sft.batch_size, seed=c.seed, epochs=c.sft.epochs, phase="sft")
     tx = ts.make_optimizer(c.optim, learning_rate=c.sft.learning_rate)
     state = ts.placed_state(params, tx, self.mesh)
-    step = ts.make_sft_step(graphdef, tx, micro_batches(c.optim, c.sft.batch_size))
+    step = ts.make_sft_step(self.graphdef, tx, micro_batches(c.optim, c.sft.batch_size))
     metrics, tokens, start, total = {}, np.zeros(2), 0, len(ds)
     if sft_progress.exists(self.workdir):
       state, meta = sft_progress.restore(self.workdir, state)
@@ -154,7 +196,7 @@ class Trainer:
         if i < start:  # done before the stop: the same seeded order, skipped
           continue
         tokens += data_lib.token_counts(batch)
-        state, metrics = step(state, self._to_device(batch))
+        state, metrics = step(state, dist.to_device(batch, self.mesh, whole=True))
         self.guard.observe(metrics, f"SFT batch {i + 1}")
         if (i + 1) % c.log_every == 0 or i + 1 == total:
           self.writer.write(0, {"sft/nll": float(metrics["nll"]), "sft/batch": i + 1,
@@ -183,7 +225,7 @@ class Trainer:
     packing saves little (`data.reuse_count` over `pack_counts`, saved with checkpoints so
     a resumed run lays rows out as the uninterrupted one): a run compiles a few shapes."""
     r = self.cfg.rollout
-    kw = dict(batch_size=batch_size, seq_len=r.max_prompt_tokens + r.max_action_tokens,
+    kw = dict(batch_size=batch_size, seq_len=r.seq_len,
               pad_id=self.tok.pad_id, seed=seed, epochs=epochs)
     if not (self.cfg.optim.pack_rows if pack is None else pack):
       return data_lib.batches(rows, action_len=r.max_action_tokens, **kw)
@@ -195,10 +237,6 @@ class Trainer:
               for n in data_lib.packed_needs(rows, **kw)]
     return data_lib.packed_batches(rows, action_len=r.max_action_tokens, seqs_per_micro=counts,
                                    **kw)
-
-  def _to_device(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-    """SFT's batches: the same whole batch in every process."""
-    return dist.to_device(batch, self.mesh, whole=True)
 
   def _rl_iteration(self, it, pool, policy, rl_step, state, ref_params):
     t0 = time.perf_counter()
@@ -241,28 +279,10 @@ class Trainer:
           "loss/nonfinite_skipped": skipped, "loss/nonfinite_total": self.guard.total}
     return state, m
 
-  def _tokenizer_and_sft_source(self):
-    """(records or None, tokenizer, format, graphdef, params): with `sft.init_from` the
-    tokenizer is that run's and no demonstrations are read."""
-    c = self.cfg
-    if c.model_path:  # load it first: a bad model directory fails before demos are built
-      policy = self._policy(None)
-      return (None if c.sft.init_from else load_demos(c), *policy)
-    if not c.sft.init_from:
-      records = load_demos(c)
-      return (records, *self._policy(records))
-    tok_path = os.path.join(self.workdir, "tokenizer.json")
-    if not c.model_path and not os.path.exists(tok_path):
-      shutil.copy(os.path.join(c.sft.init_from, "tokenizer.json"), tok_path)
-    return (None, *self._policy(None))
-
-  def _sft_stage(self, graphdef, params, records) -> tuple[Any, dict | None, list | None]:
-    """SFT parameters, and their held-out evaluation (rates, episode records) when it is
-    already known.
-
-    Taken, in this order, from workdir/sft (a run stopped right after its SFT stage),
-    from `sft.init_from`, or cloned here from the demonstrations (evaluation None).
-    """
+  def _sft_stage(self, params, records) -> tuple[Any, dict | None, list | None]:
+    """SFT parameters, and their held-out evaluation (rates, episode records) if known:
+    from workdir/sft (a run stopped right after its SFT stage), from `sft.init_from`, or
+    cloned here from the demonstrations (evaluation None)."""
     c = self.cfg
     sources = [self.sft_ckpt]
     if c.sft.init_from:
@@ -271,10 +291,10 @@ class Trainer:
       if source.latest_step() is not None:
         params, meta = source.restore(params)
         print(f"SFT parameters from {source.directory}")
-        return params, meta["sft_eval"], meta.get("sft_episodes")
+        return params, meta["sft_eval"], meta["sft_episodes"]
     if c.sft.init_from:
       raise CheckpointError(f"sft.init_from: no SFT checkpoint in {c.sft.init_from}/sft")
-    return self._sft(graphdef, params, self.tok, records), None, None
+    return self._sft(params, records), None, None
 
   def _kl_reference(self, params_template) -> Any:
     """The KL anchor (algo.kl_coef > 0): the SFT policy, read back from workdir/sft,
@@ -288,137 +308,155 @@ class Trainer:
 
   def run(self) -> dict[str, Any]:
     """Runs (or resumes) the experiment; the summary of its held-out evaluations.
-
     SIGTERM/SIGINT stop it after the current RL iteration with a checkpoint saved
-    (`Interrupted`); whatever ends it, the metrics are flushed and pending saves finish.
-    """
+    (`Interrupted`); whatever ends it, the metrics are flushed and pending saves finish."""
     c = self.cfg
     try:
-      self._check_resume_processes()
       with self.stop, EnvPool(c.env.name, dict(c.env.kwargs), c.rollout.num_envs,
                               backend=c.env.pool_backend,
-                              step_timeout_s=c.rollout.step_timeout_s) as pool:
-        self._run(pool)
+                              step_timeout_s=c.rollout.step_timeout_s) as self.pool:
+        self._run()
     finally:
       self.ckpt.close()
       self.sft_ckpt.close()
       self.writer.close()
     if dist.is_writer():
-      metrics_lib.plot_learning_curve(self.writer.path,
-                                      os.path.join(self.workdir, "learning_curve.png"),
-                                      title=f"{c.name}: {algorithms.label(c.algo)}")
+      loggers.plot_learning_curve(self.writer.path,
+                                  os.path.join(self.workdir, "learning_curve.png"),
+                                  title=f"{c.name}: {algorithms.label(c.algo)}")
     return self.summary
 
-  def _run(self, pool) -> None:
-    c = self.cfg
-    records, self.tok, self.fmt, graphdef, params = self._tokenizer_and_sft_source()
-    check_budgets(c, self.tok, self.fmt, pool, records)
-    tx = ts.make_optimizer(c.optim)
-    state = ts.placed_state(params, tx, self.mesh)
-    self.aux = self.algo.init_aux(c, state.params)  # also the template to restore into
-    # The parameters the samplers read: the training ones, or with several processes a
-    # copy on this process's devices (dist.SamplerMesh), refreshed after every update.
-    live = self.sampler_mesh
-    live.update(state.params)
-    key = jax.random.key(c.seed)
-    # Rollouts sample at the rollout temperature; held-out evaluation takes greedy actions
-    # ("eval/") and, if asked, sampled ones ("eval_sampled/"), the policy RL optimises.
-    self.policies = {"rollout": SamplerPolicy(graphdef, live.params, self.tok, c, greedy=False,
-                                              key=dist.process_key(jax.random.fold_in(key, 1)),
-                                              mesh=live.mesh)}
-    for prefix, greedy, on in (("eval", True, c.eval.greedy),
-                               ("eval_sampled", False, c.eval.sampled)):
-      if on:
-        self.policies[prefix] = SamplerPolicy(
-            graphdef, live.params, self.tok, c, greedy=greedy,
-            key=dist.process_key(jax.random.fold_in(key, 2 + greedy)), mesh=live.mesh,
-            temperature=c.eval.temperature)
-    meta = {"phase": "start", "iteration": 0}
-    if self.resume and self.ckpt.latest_step() is not None:  # else SFT's progress, if any
-      state, meta = self._restore(state)
-      live.update(state.params)
-      if (meta["phase"] == "done" and c.rl_iterations > int(meta["iteration"])
-          and not self._budget_spent()):
-        meta["phase"] = "rl"  # a finished run extended with a larger rl_iterations
-
-    eval_keys = {k: p.key for k, p in self.policies.items() if k != "rollout"}
-
-    def evaluate_all(label: str, step: int) -> tuple[dict, list[dict]]:
-      """(rates, per-episode records) of every held-out evaluation. Every evaluation
-      samples with the same keys: SFT and RL are compared on common random numbers (and
-      task by task), and an evaluation depends on nothing but the parameters."""
-      out, episodes = {}, []
-      for prefix, key in eval_keys.items():
-        policy = self.policies[prefix]
-        policy.key = key
-        m, trajs = evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix, self.fmt)
-        out |= m
-        episodes += dist.episode_records(trajs, step, prefix)
-      return out, episodes
-
+  def _run(self) -> None:
+    records, state, meta = self._start_policies()
     if meta["phase"] == "start":
-      params, m, episodes = self._sft_stage(graphdef, state.params, records)
-      state = ts.placed_state(params, tx, self.mesh)
-      self.aux = self.algo.init_aux(c, state.params)
-      live.update(state.params)
-      if m is None:
-        m, episodes = evaluate_all("SFT", 0)
-      # workdir/sft: the KL reference, and the start of any run naming this one in
-      # `sft.init_from` (which copies its evaluation, episodes included).
-      if self.sft_ckpt.latest_step() is None:
-        self.sft_ckpt.save(0, state.params, {"sft_eval": m, "sft_episodes": episodes})
-        self.sft_ckpt.wait()
-      self.summary["sft"] = m
-      if episodes:  # None from an SFT checkpoint written before episodes were kept
-        self.writer.episodes(episodes)
-      self.writer.write(0, m | {"perf/env_steps_total": 0})
+      state = self._sft_phase(state, records)
       meta = {"phase": "rl", "iteration": 0}
-      self._save(0, state, meta)
-    ref_params = self.ref_params = self._kl_reference(state.params)
-    self.ctx = self._context(graphdef, tx, pool, live, ref_params)
-    rl_step = self.algo.make_step(self.ctx)
+    state, last = self._rl_phase(state, int(meta["iteration"]))
+    if self.cfg.rl_iterations > 0 and meta["phase"] != "done":
+      self._final_evaluation(state, last)
 
-    start = last = int(meta["iteration"])
-    save_s = 0.0  # the save that ended the previous iteration (perf/checkpoint_s)
+  def _evaluate_all(self, label: str, step: int, every: bool = False
+                    ) -> tuple[dict, list[dict]]:
+    """(rates, per-episode records) of every held-out evaluation, and the oracle action's
+    probabilities (eval.oracle_prob; written here). Every evaluation samples with the
+    same keys: SFT and RL are compared on common random numbers (and task by task), and
+    an evaluation depends on nothing but the parameters. `every`: an intermediate one
+    (eval.every_episodes tasks, greedy only with eval.every_greedy)."""
+    c = self.cfg
+    out, episodes = {}, []
+    n = (c.eval.every_episodes or None) if every else None
+    for prefix, key in self.eval_keys.items():
+      if every and prefix == "eval" and not c.eval.every_greedy:
+        continue
+      policy = self.policies[prefix]
+      policy.key = key
+      m, trajs = evaluate(self.pool, policy, self.tok, c, f"{label} ({prefix})", prefix,
+                          self.fmt, num_episodes=n)
+      out |= m
+      episodes += dist.episode_records(trajs, step, prefix)
+    return out | self._oracle_probs(step, n), episodes
+
+  def _oracle_probs(self, step: int, n: int | None = None) -> dict:
+    """The oracle action's mean probability over n held-out tasks (all: None), its
+    per-task records written; nothing without eval.oracle_prob."""
+    if self.oracle is None:
+      return {}
+    probs = self.oracle(self.live.params(), n)
+    self.writer.oracle_probs(self.oracle.records(probs, step))
+    return {"eval_oracle/prob": float(probs.mean()), "eval_oracle/tasks": len(probs)}
+
+  def _sft_phase(self, state, records):
+    """The SFT parameters (`_sft_stage`) and their held-out evaluation; the train state
+    RL starts from, checkpointed as iteration 0."""
+    c = self.cfg
+    params, m, episodes = self._sft_stage(state.params, records)
+    state = ts.placed_state(params, self.tx, self.mesh)
+    self.aux = self.algo.init_aux(c, state.params)
+    self.live.update(state.params)
+    if m is None:
+      m, episodes = self._evaluate_all("SFT", 0)
+    else:  # an SFT start's copied evaluation: its oracle probabilities too
+      m = m | self._oracle_probs(0)
+    # workdir/sft: the KL reference, and the start of any run naming this one in
+    # `sft.init_from` (which copies its evaluation, episodes included).
+    if self.sft_ckpt.latest_step() is None:
+      self.sft_ckpt.save(0, state.params, {"sft_eval": m, "sft_episodes": episodes})
+      self.sft_ckpt.wait()
+    self.summary["sft"] = m
+    self.writer.episodes(episodes)
+    self.writer.write(0, m | {"perf/env_steps_total": 0})
+    self._save(0, state, {"phase": "rl", "iteration": 0})
+    return state
+
+  def _rl_phase(self, state, start: int) -> tuple[Any, int]:
+    """RL iterations from `start` until rl_iterations or the env-step budget; after each,
+    the hooks due at its number. (train state, the last iteration done)."""
+    c = self.cfg
+    self.ref_params = self._kl_reference(state.params)
+    self.ctx = self._context()
+    rl_step = self.algo.make_step(self.ctx)
+    hooks = ((c.eval.every, self._eval_hook), (1, self._log_hook),
+             (c.checkpoint_every, self._checkpoint_hook))
+    last = start
     with tqdm(total=c.rl_iterations, initial=start, desc=f"rl ({algorithms.label(c.algo)})",
-              unit="it") as bar:
+              unit="it") as self.bar:
       for it in range(start, c.rl_iterations):
         if self._budget_spent():
           break
         requested = dist.agree_stop(self.stop.requested)
         if requested:  # during SFT's evaluation or a resume: `it` is saved
           raise Interrupted(requested, self.ckpt.directory, it)
-        self.perf.reset(checkpoint_s=save_s)
-        state, m = self._rl_iteration(it, pool, self.policies["rollout"], rl_step, state,
-                                      ref_params)
-        live.update(state.params)
+        self.perf.reset(checkpoint_s=self.save_s)
+        self.save_s = 0.0
+        state, m = self._rl_iteration(it, self.pool, self.policies["rollout"], rl_step, state,
+                                      self.ref_params)
+        self.live.update(state.params)
         last = it + 1
-        if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.rl_iterations:
-          with self.perf.phase("eval"):
-            em, episodes = evaluate_all(f"it {it + 1}", it + 1)
-          m |= em
-          self.writer.episodes(episodes)
-        timing = self.perf.metrics()
-        # Environment steps turned into an update, per second of the whole iteration.
-        m |= timing | {"perf/env_steps_per_s": m.get("rollout/env_steps", 0.0)
-                       / max(timing["perf/iteration_s"], 1e-9)}
-        self.writer.write(it + 1, m)
-        bar.update()
-        bar.set_postfix(success=f"{m.get('rollout/success', float('nan')):.2f}",
-                        steps=self.env_steps)
+        for every, hook in hooks:
+          if every and last % every == 0:
+            hook(last, state, m)
         requested = dist.agree_stop(self.stop.requested)
-        save_s = time.perf_counter()
-        if (it + 1) % c.checkpoint_every == 0 or requested:
-          self._save(it + 1, state, {"phase": "rl", "iteration": it + 1})
-        save_s = time.perf_counter() - save_s
         if requested:
-          raise Interrupted(requested, self.ckpt.directory, it + 1)
-    if c.rl_iterations > 0 and meta["phase"] != "done":
-      m, episodes = evaluate_all("RL", last)
+          if last % c.checkpoint_every:  # not saved by its hook
+            self._checkpoint_hook(last, state, m)
+          raise Interrupted(requested, self.ckpt.directory, last)
+    return state, last
+
+  # Hooks: (iteration just done, train state, its metrics line, which a hook may extend).
+
+  def _eval_hook(self, it: int, state, m: dict) -> None:
+    """A held-out evaluation (eval.every) before the last iteration's, which is final."""
+    del state  # the samplers read the live parameters
+    if it < self.cfg.rl_iterations:
+      with self.perf.phase("eval"):
+        em, episodes = self._evaluate_all(f"it {it}", it, every=True)
+      m |= em
       self.writer.episodes(episodes)
-      self.summary["rl"] = m
-      self.writer.write(last, m | {"perf/env_steps_total": self.env_steps})
-      self._save(last, state, {"phase": "done", "iteration": last})
+
+  def _log_hook(self, it: int, state, m: dict) -> None:
+    """The iteration's metrics line, with where its time went."""
+    del state
+    timing = self.perf.metrics()
+    # Environment steps turned into an update, per second of the whole iteration.
+    m |= timing | {"perf/env_steps_per_s": m.get("rollout/env_steps", 0.0)
+                   / max(timing["perf/iteration_s"], 1e-9)}
+    self.writer.write(it, m)
+    self.bar.update()
+    self.bar.set_postfix(success=f"{m.get('rollout/success', float('nan')):.2f}",
+                         steps=self.env_steps)
+
+  def _checkpoint_hook(self, it: int, state, m: dict) -> None:
+    del m
+    t0 = time.perf_counter()
+    self._save(it, state, {"phase": "rl", "iteration": it})
+    self.save_s = time.perf_counter() - t0
+
+  def _final_evaluation(self, state, last: int) -> None:
+    m, episodes = self._evaluate_all("RL", last)
+    self.writer.episodes(episodes)
+    self.summary["rl"] = m
+    self.writer.write(last, m | {"perf/env_steps_total": self.env_steps})
+    self._save(last, state, {"phase": "done", "iteration": last})
 
   def _budget_spent(self) -> bool:
     """`rl_env_steps` environment steps taken: RL ends after the iteration that spent them
@@ -444,19 +482,20 @@ class Trainer:
     self.ckpt.save(step, algorithms.pack_state(state, self.aux),
                    json.loads(json.dumps(meta, default=float)))
 
-  def _context(self, graphdef, tx, pool, live, ref_params) -> algorithms.Context:
+  def _context(self) -> algorithms.Context:
     """What the method may use: the model's graph, the policy optimizer, batching, and
     `play` (episodes with the current policy from a given sampler key)."""
     c = self.cfg
 
     def play(tasks, play_key):
-      policy = SamplerPolicy(graphdef, live.params, self.tok, c, greedy=False,
-                             key=play_key, mesh=live.mesh)
-      return rollout_lib.run_episodes(pool, policy, self.tok, tasks, c.rollout,
+      policy = SamplerPolicy(self.graphdef, self.live.params, self.tok, c, greedy=False,
+                             key=play_key, mesh=self.live.mesh)
+      return rollout_lib.run_episodes(self.pool, policy, self.tok, tasks, c.rollout,
                                       np.random.default_rng(0), fmt=self.fmt)
 
     return algorithms.Context(
-        cfg=c, graphdef=graphdef, tx=tx, sampling_cfg=sampling_config(c, self.tok, greedy=False),
+        cfg=c, graphdef=self.graphdef, tx=self.tx,
+        sampling_cfg=sampling_config(c, self.tok, greedy=False),
         # Each process batches its own rows, as many batches as every other process;
         # their packed layouts would differ, so several processes train on unpacked rows.
         batches=lambda rows, bs, *, seed, epochs: self._batches(
@@ -464,27 +503,14 @@ class Trainer:
             seed=seed, epochs=epochs, phase="rl",
             pack=self.cfg.optim.pack_rows and not dist.multi()),
         to_device=lambda batch: dist.to_device(batch, self.mesh), pad_id=self.tok.pad_id,
-        play=play, workdir=self.workdir, ref_params=ref_params, perf=self.perf)
-
-  def _check_resume_processes(self) -> None:
-    """A checkpoint of another process count is refused before anything is built (the
-    environments, the model) or read: it is not damage, and the message says what to do."""
-    if not (self.resume and self.ckpt.latest_step() is not None):
-      return
-    wrote = int(self.ckpt.read_meta().get("processes", 1))
-    if wrote != dist.process_count():
-      raise CheckpointError(
-          f"--resume: the checkpoint in {self.ckpt.directory} was written by {wrote} "
-          f"process(es) and this run has {dist.process_count()}; resume with {wrote} (each "
-          "process plays its own share of the task groups with its own sampler stream)")
+        play=play, workdir=self.workdir, ref_params=self.ref_params, perf=self.perf)
 
   def _restore(self, state) -> tuple[Any, dict]:
     tree, meta = self.ckpt.restore(algorithms.pack_state(state, self.aux))
     state, self.aux = algorithms.unpack_state(tree, self.aux)
     self.env_steps = int(meta["env_steps"])
     self.np_rng.bit_generator.state = meta["np_rng"]
-    # Absent in checkpoints written before the counts were kept.
-    self.pack_counts = {k: list(v) for k, v in meta.get("pack_counts", {}).items()}
+    self.pack_counts = {k: list(v) for k, v in meta["pack_counts"].items()}
     self.summary = meta["summary"]
     self.guard.load(meta["nonfinite"])
     self.policies["rollout"].set_key_state(

@@ -71,6 +71,11 @@ class TextEnv(abc.ABC):
     At least valid along an expert trajectory started at reset; used for demonstrations.
     """
 
+  def oracle_action(self) -> str | None:
+    """The action whose oracle label is +1 from the current state, where the environment
+    knows it exactly (a decisive step: KeyDoor's right key); None elsewhere."""
+    return None
+
   def close(self) -> None:
     """Frees engine resources (JVMs, processes)."""
 

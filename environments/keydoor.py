@@ -186,6 +186,15 @@ class KeyDoorEnv(TaskListEnv):
     obs = ("The vault opens." if won else "The vault stays shut.") if done else ""
     return self._result(obs, 1.0 if won else 0.0, done, valid=valid, label=label)
 
+  def oracle_action(self) -> str | None:
+    """The right key in the key room, the safe branch at the fork; None on routine steps."""
+    if self._task is None or self._t >= self.length:
+      return None
+    kind = self._kind()
+    if kind == "key":
+      return f"take {self._task['key']} key"
+    return f"go {self._task['branch']}" if kind == "fork" else None
+
   def expert_action(self) -> str | None:
     if self._task is None or self._t >= self.length:
       return None

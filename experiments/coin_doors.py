@@ -5,7 +5,7 @@ interactions of RL per run.
     python launch.py --exp coin_doors_grpo          # and _csa, _dapo, _gigpo, _rloo, ...
     python -m studies.sweep --family coin_doors --seeds 5 --commit
 
-Why this task (issue 8): the quickstart's 4-room open house has too little headroom (SFT
+Why this task: the quickstart's 4-room open house has too little headroom (SFT
 already wins 85-95% of sampled episodes, so most groups of 8 are uniform and carry no
 signal). With 6 rooms and doors the agent must open doors before it can move, and the
 coin is further away: expert walks of 2-31 steps (mean 11.8 over 30 train tasks), so a

@@ -44,9 +44,9 @@ VARIANTS: dict[str, dict] = {
     "csa_lam0": GRPO | dict(estimator="csa", lam=0.0),
     "csa_lam1": GRPO | dict(estimator="csa", lam=1.0),
     "csa_gigpo": GRPO | dict(estimator="csa_gigpo"),
-    # The ablation behind the defaults (README, "What makes RL learn here"): GRPO as the
-    # trainer ran it before, with no KL anchor, no invalid-action penalty and every agent
-    # step weighted alike.
+    # The ablation behind the defaults (docs/methods.md, "What makes RL learn here"): GRPO
+    # as the trainer ran it before, with no KL anchor, no invalid-action penalty and every
+    # agent step weighted alike.
     "grpo_unanchored": GRPO | dict(kl_coef=0.0, invalid_penalty=0.0, row_weight="step"),
     # The model-based baselines (csa_jax/algorithms/), on GRPO's update and defaults.
     # iStar: an implicit PRM; its episode term is RLOO (`estimator` only names it in logs).
@@ -58,15 +58,26 @@ VARIANTS: dict[str, dict] = {
     "spa_bonus": GRPO | dict(method="spa", invalid_penalty=0.0, spa=dict(grounding_mode="bonus")),
     # Multi-turn DPO: the DPO loss alone, whose beta anchors it to the SFT reference.
     "mtdpo": GRPO | dict(method="mtdpo", kl_coef=0.0, entropy_coef=0.0),
+    # Two probes of why CSA beats GRPO at a short horizon (reports/horizon_matched): GRPO
+    # taking larger steps (twice the family's learning rate), and GRPO trained on the
+    # decisive rows alone, its routine rows' noise left out (oracle labels needed:
+    # csa_jax/oracle_rows.py).
+    "grpo_lr2x": GRPO | dict(lr_scale=2.0),
+    "grpo_decisive": GRPO | dict(update_rows="decisive"),
 }
 
 
 def variant(base: ExperimentConfig, name: str, algo: str) -> ExperimentConfig:
   """`base` with the fields of VARIANTS[algo]; a dict value sets fields of a nested config
-  (algo.spa), so the family's other settings of that config are kept."""
+  (algo.spa), so the family's other settings of that config are kept; `lr_scale` scales
+  the family's learning rate (optim.learning_rate) rather than naming one."""
+  spec = dict(VARIANTS[algo])
+  optim = dataclasses.replace(base.optim, learning_rate=base.optim.learning_rate
+                              * spec.pop("lr_scale", 1.0))
   fields = {k: dataclasses.replace(getattr(base.algo, k), **v) if isinstance(v, dict) else v
-            for k, v in VARIANTS[algo].items()}
-  return dataclasses.replace(base, name=name, algo=dataclasses.replace(base.algo, **fields))
+            for k, v in spec.items()}
+  return dataclasses.replace(base, name=name, optim=optim,
+                             algo=dataclasses.replace(base.algo, **fields))
 
 
 def register_family(prefix: str, base: Callable[[], ExperimentConfig], doc: str) -> None:

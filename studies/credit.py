@@ -31,7 +31,6 @@ import json
 import os
 import sys
 import time
-import typing
 
 import numpy as np
 
@@ -42,56 +41,24 @@ from studies.credit_table import (COLUMNS, ENV_FAMILIES, ESTIMATORS, LABEL_MEANI
 # -- loading a policy ---------------------------------------------------------------------
 
 
-def config_from_dict(cls, d: dict):
-  """Rebuilds a frozen config tree from its `to_dict` form (config.json)."""
-  hints = typing.get_type_hints(cls)
-  kw = {}
-  for f in dataclasses.fields(cls):
-    if f.name not in d:
-      continue
-    v, t = d[f.name], hints[f.name]
-    if dataclasses.is_dataclass(t):
-      v = config_from_dict(t, v)
-    elif isinstance(v, list):
-      v = tuple(v)
-    kw[f.name] = v
-  return cls(**kw)
-
-
 def load_run(run_dir: str, which: str = "auto"):
-  """(config, tokenizer, graphdef, params, description) of a launch.py run directory."""
-  from flax import nnx
+  """(config, tokenizer, graphdef, params, description, mesh) of a launch.py run directory,
+  read as the post-training commands read it (`csa_jax.posttrain.load`): its newest RL
+  checkpoint after iteration 0 ("rl"), its SFT weights ("sft"), or the first of the two
+  it has ("auto")."""
+  from csa_jax import posttrain
+  from csa_jax import workdir as workdir_lib
 
-  from csa_jax import mesh as mesh_lib
-  from csa_jax import train_step as ts
-  from csa_jax.checkpoint import Checkpointer
-  from csa_jax.config import ExperimentConfig
-  from csa_jax.model import Decoder
-  from csa_jax.tokenizer import Tokenizer
-
-  with open(os.path.join(run_dir, "config.json")) as f:
-    cfg = config_from_dict(ExperimentConfig, json.load(f))
-  if cfg.model_path:
+  if posttrain.load_config(run_dir).model_path:
     raise ValueError("credit study: runs from a pretrained model_path are not supported yet")
-  tok = Tokenizer.load(os.path.join(run_dir, "tokenizer.json"))
-  mesh = mesh_lib.make_mesh(cfg.mesh)
-  model = Decoder(cfg.model, rngs=nnx.Rngs(cfg.seed))
-  mesh_lib.shard_model(model, mesh, mesh_lib.TRAIN_RULES)
-  graphdef, params = nnx.split(model, nnx.Param)
-  rl = Checkpointer(os.path.join(run_dir, "checkpoints"))
-  step = rl.latest_step()
+  steps = [s for s in workdir_lib.rl_steps(run_dir) if s]
   if which == "auto":
-    which = "rl" if step else "sft"
-  if which == "rl":
-    if not step:
-      raise ValueError(f"{run_dir}: no RL checkpoint after iteration 0")
-    state, meta = rl.restore(ts.init_state(params, ts.make_optimizer(cfg.optim)))
-    params, desc = state.params, f"rl iteration {meta['iteration']}"
-  else:
-    params, _ = Checkpointer(os.path.join(run_dir, "sft"), max_to_keep=1).restore(params)
-    desc = "sft"
-  rl.close()
-  return cfg, tok, graphdef, params, desc, mesh
+    which = "rl" if steps else "sft"
+  if which == "rl" and not steps:
+    raise ValueError(f"{run_dir}: no RL checkpoint after iteration 0")
+  saved = posttrain.load(run_dir, str(steps[-1]) if which == "rl" else "sft")
+  desc = f"rl iteration {saved.step}" if which == "rl" else "sft"
+  return saved.cfg, saved.tok, saved.graphdef, saved.params, desc, saved.mesh
 
 
 # -- collection ---------------------------------------------------------------------------
@@ -173,11 +140,11 @@ def estimator_advantages(arrays, algo_dict: dict, rollout_dict: dict,
   """Every study column's adv_BxGxT on the same arrays, with the run's reward shaping
   (`columns` as `credit_table.ESTIMATORS`)."""
   from csa_jax.algorithms import estimator as estimator_lib
-  from csa_jax.config import AlgoConfig, RolloutConfig
+  from csa_jax.config import AlgoConfig, RolloutConfig, from_dict
   from csa_jax.estimators import get_estimator
 
-  algo = config_from_dict(AlgoConfig, algo_dict)
-  rollout = config_from_dict(RolloutConfig, rollout_dict)
+  algo = from_dict(AlgoConfig, algo_dict, source="meta.json")
+  rollout = from_dict(RolloutConfig, rollout_dict, source="meta.json")
   out = {}
   for name, (est_name, part, knobs) in columns.items():
     est = get_estimator(est_name)

@@ -22,6 +22,9 @@ is gone (a fresh machine) has it rebuilt first, from demonstrations built on tha
 differs from the one its earlier runs used: `reports/NAME/runs/sft_seedS/metrics.jsonl`
 tells which SFT evaluation each seed's deltas are taken against).
 
+Cost: each attempt's wall and CPU seconds (the run's process and its children) are appended
+to `runs/sweeps/NAME/costs.jsonl`.
+
 Parallelism: `--jobs` runs at once (default 2, one per core), each process limited to one
 XLA CPU thread; JAX's persistent compilation cache (`runs/sweeps/NAME/jax_cache`) lets
 every run after the first skip compiling the sampler and the update.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -39,12 +43,15 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from csa_jax import config as csa_config
+from csa_jax import workdir as workdir_lib
 
 # Per-episode outcomes (csa_jax/metrics.py, EPISODES_FILE) make paired per-task tests
 # possible; runs written before they were kept have none.
-RESULT_FILES = ("metrics.jsonl", "config.json", os.path.join("eval", "episodes.jsonl"))
-OPTIONAL_RESULT_FILES = (os.path.join("eval", "episodes.jsonl"),)
+# The oracle action's probability per task (eval.oracle_prob) where a run computed it.
+RESULT_FILES = ("metrics.jsonl", "config.json", os.path.join("eval", "episodes.jsonl"),
+                os.path.join("eval", "oracle_probs.jsonl"))
+OPTIONAL_RESULT_FILES = (os.path.join("eval", "episodes.jsonl"),
+                         os.path.join("eval", "oracle_probs.jsonl"))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -107,7 +114,7 @@ class Sweep:
   def _sft_ready(self, sft: str) -> bool:
     """The SFT run has saved its parameters (workdir/sft holds a finished step; the
     directory itself exists from the run's first second)."""
-    return csa_config.has_sft_checkpoint(os.path.join(self.work_root, sft))
+    return workdir_lib.has_sft_checkpoint(os.path.join(self.work_root, sft))
 
   def command(self, run: Run) -> list[str]:
     workdir = os.path.join(self.work_root, run.name)
@@ -142,8 +149,16 @@ class Sweep:
     with open(log, "a") as f:
       f.write("$ " + shlex.join(self.command(run)) + "\n")
       f.flush()
-      rc = subprocess.call(self.command(run), stdout=f, stderr=subprocess.STDOUT,
-                           env=self._env(), cwd=ROOT)
+      proc = subprocess.Popen(self.command(run), stdout=f, stderr=subprocess.STDOUT,
+                              env=self._env(), cwd=ROOT)
+      # wait4: this run's own CPU seconds (with its children), which a shared machine's
+      # wall time does not tell; each attempt of a resumed run is one line.
+      _, status, usage = os.wait4(proc.pid, 0)
+      proc.returncode = rc = os.waitstatus_to_exitcode(status)
+    cost = {"run": run.name, "rc": rc, "wall_s": round(time.time() - t0, 1),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1)}
+    with open(os.path.join(self.work_root, "costs.jsonl"), "a") as f:
+      f.write(json.dumps(cost) + "\n")
     if rc == 0:
       self._publish(run)
     return run, rc, time.time() - t0

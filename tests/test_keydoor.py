@@ -92,6 +92,24 @@ def test_an_invalid_key_choice_takes_no_key_and_loses():
   assert not r.info.won and r.reward == 0.0
 
 
+@pytest.mark.parametrize("decisions", [1, 2])
+def test_oracle_action_is_the_right_choice_at_decisive_steps_only(decisions):
+  """Following the oracle at the decisive steps (anything elsewhere) always wins; it
+  names nothing on routine steps."""
+  env = make_env("keydoor", horizon=6, decisions=decisions)
+  rng = random.Random(decisions)
+  for index in range(40):
+    r = env.reset("test", index)
+    while not r.done:
+      action = env.oracle_action()
+      assert (action is None) == (r.info.anchor.startswith("corridor") and
+                                  "A fork" not in r.observation)
+      r = env.step(action if action is not None else rng.choice(r.info.admissible_actions))
+      if action is not None:
+        assert r.info.oracle_label == 1.0
+    assert r.info.won and env.oracle_action() is None
+
+
 def test_tasks_are_deterministic_and_splits_differ():
   env = make_env("keydoor")
   assert env.num_tasks("train") == SPLIT_SIZES["train"]
@@ -154,6 +172,19 @@ def test_families_are_registered_at_three_horizons_with_csa_state():
   cfg = get_experiment("keydoor_h48_csa_state")
   assert cfg.algo.estimator == "csa_state" and cfg.rollout.max_turns == 49
   assert cfg.sft.demo_filter == "all" and cfg.eval.num_episodes >= 400
+
+
+def test_mechanism_variants_change_one_thing_of_grpo():
+  """grpo_lr2x: GRPO at twice the family's learning rate; grpo_decisive: GRPO trained on
+  the decisive rows alone. Nothing else differs from the family's GRPO."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  grpo = get_experiment("keydoor_h4_grpo")
+  lr2x, decisive = get_experiment("keydoor_h4_grpo_lr2x"), get_experiment("keydoor_h4_grpo_decisive")
+  assert lr2x.optim.learning_rate == 2 * grpo.optim.learning_rate
+  assert dataclasses.replace(lr2x, name=grpo.name, optim=grpo.optim) == grpo
+  assert decisive.algo.update_rows == "decisive" and grpo.algo.update_rows == "all"
+  assert dataclasses.replace(decisive, name=grpo.name,
+                             algo=dataclasses.replace(decisive.algo, update_rows="all")) == grpo
 
 
 def test_demo_prints_three_won_expert_episodes():

@@ -1,9 +1,11 @@
-"""Episode metrics, writers and plot."""
+"""Episode metrics, the run's JSONL files and their damaged lines."""
 
 import os
 
+import numpy as np
 import pytest
 
+from csa_jax import loggers
 from csa_jax import metrics as M
 from tests.factories import episode, step
 
@@ -19,19 +21,20 @@ def test_episode_metrics():
   assert m["eval/actions_dropped"] == pytest.approx(9 / 6)  # per step
 
 
-def test_writer_and_plot(tmp_path):
-  w = M.MetricsWriter(str(tmp_path))
-  w.write(0, {"eval/success": 0.2, "perf/env_steps_total": 0})
-  for i in range(1, 4):
-    w.write(i, {"rollout/success": 0.1 * i, "perf/env_steps_total": 100 * i})
-  w.write(4, {"eval/success": 0.5, "perf/env_steps_total": 300, "credit/spearman": float("nan")})
-  w.close()
-  recs = M.read_jsonl(w.path)
-  assert [r["step"] for r in recs] == [0, 1, 2, 3, 4]
-  assert os.listdir(tmp_path / "tb")
-  png = M.plot_learning_curve(w.path, str(tmp_path / "c.png"))
-  with open(png, "rb") as f:
-    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+def test_a_damaged_line_is_dropped_with_one_warning(tmp_path, capsys):
+  """A line cut short by a crash, with the next write appended to it, is not JSON: it and
+  the other damaged lines are dropped with one warning; a cut last line is dropped
+  silently where a resume expects one."""
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 0, "a": 1.0}\n{"step": 1, "a"{"step": 2, "a": 2.0}\n[1]\n'
+                  '{"step": 3, "a": NaN}\n\n{"step": 4, "a"')
+  recs = M.read_jsonl(str(path), tolerate_partial_last=True)
+  assert [r["step"] for r in recs] == [0, 3] and np.isnan(recs[1]["a"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(f"warning: {path}: dropped 2 damaged line(s) "
+                                              "(line 2, 3)"), err
+  assert [r["step"] for r in M.read_jsonl(str(path))] == [0, 3]  # the cut last line too
+  assert "dropped 3 damaged line(s) (line 2, 3, 6)" in capsys.readouterr().err
 
 
 def test_episode_records_and_replayed_evaluations_written_once(tmp_path):
@@ -43,7 +46,7 @@ def test_episode_records_and_replayed_evaluations_written_once(tmp_path):
        "length": 3, "return": 1.0},
       {"step": 5, "policy": "eval_sampled", "split": "test", "index": 2, "success": 0,
        "length": 2, "return": -0.5}]
-  w = M.MetricsWriter(str(tmp_path), tensorboard=False)
+  w = loggers.MetricsWriter(str(tmp_path), tensorboard=False)
   w.episodes(M.episode_records(trajs, 0, "eval"))
   w.episodes(recs)
   w.episodes(recs)  # a resumed run replays the evaluation: replaced, not doubled

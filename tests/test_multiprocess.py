@@ -179,8 +179,8 @@ def test_two_processes_sft_rl_eval_checkpoint(runs):
   assert len(meta["rollout_keys"]) == 2 and meta["rollout_keys"][0] != meta["rollout_keys"][1]
 
 
-# Slow (a third training run, 1-1.5 min): the default suite keeps the two tests issue 18
-# asks of it (the 2-process run, and kill + resume); `make test-slow` runs this one.
+# Slow (a third training run, 1-1.5 min): the default suite keeps the two tests that show
+# several processes work (the 2-process run, and kill + resume); `make test-slow` runs this.
 @pytest.mark.slow
 def test_one_process_8_devices_gives_the_same_held_out_success(runs):
   """The same run on one process (its own code path: one sampler over the whole mesh, one

@@ -99,6 +99,19 @@ def test_action_list_that_fits_is_untouched_and_a_budget_without_room_for_the_cu
     P.build_prompt(TOK, "t", [], "o", MANY, history_turns=0, max_tokens=6)
 
 
+def test_a_system_message_comes_before_the_prompt_in_the_chat_template():
+  """rollout.system_prompt: the template renders it as the system turn (else its default)."""
+  tok = Tokenizer(CHAT_TOK.tok, chat_template=(
+      "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nDefault.<|im_end|>\n"
+      "{% endif %}" + CHAT_TOK.chat_template))
+  fmt = P.PromptFormat.chat(tok, system="Pick one.")
+  assert list(fmt.prefix_ids) == tok.encode("<|im_start|>system\nPick one.<|im_end|>\n"
+                                            "<|im_start|>user\n", specials=True)
+  assert P.PromptFormat.chat(tok).prefix_ids == tuple(tok.encode(
+      "<|im_start|>system\nDefault.<|im_end|>\n<|im_start|>user\n", specials=True))
+  assert fmt.suffix_ids == P.PromptFormat.chat(tok).suffix_ids
+
+
 def test_environment_text_cannot_inject_special_tokens():
   # An observation that spells the end-of-action token stays text inside the prompt; the
   # chat template's own markup around it keeps its special tokens.

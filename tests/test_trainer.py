@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import experiments
+from csa_jax import loggers
 from csa_jax import metrics as M
 from csa_jax.config import apply_overrides
 from csa_jax.evaluation import summary_table
@@ -47,7 +48,7 @@ def test_quickstart_shape_end_to_end_and_resume(tmp_path):
 
   # Resume: one more iteration continues from the last checkpoint, nothing repeated,
   # and lines logged after that checkpoint (as by a crash) are dropped, not duplicated.
-  M.MetricsWriter(work, tensorboard=False).write(3, {"rollout/success": -1.0})
+  loggers.MetricsWriter(work, tensorboard=False).write(3, {"rollout/success": -1.0})
   summary2 = Trainer(tiny_cfg(3), work, resume=True).run()
   recs = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
   rl = [r for r in recs if "rollout/success" in r]
@@ -200,3 +201,36 @@ def test_the_keydoor_quickstart_end_to_end_writes_per_episode_outcomes(tmp_path)
   sft = lambda path: [r for r in M.read_jsonl(os.path.join(path, M.EPISODES_FILE))
                       if r["step"] == 0]
   assert sft(other) == sft(work)
+
+
+def test_intermediate_evaluations_and_the_oracle_probability_reach_the_run_files(tmp_path):
+  """eval.every with eval.every_episodes and every_greedy=false: the intermediate
+  evaluation runs sampled only, on the first tasks; eval.oracle_prob: the right key's
+  probability per task at every evaluation (the SFT start's too, also in a run started
+  from it), its mean in the metrics."""
+  cfg = apply_overrides(experiments.get_experiment("quickstart"), [
+      f"sft.demos_dir={tmp_path / 'demos'}", "sft.num_demos=8", "sft.epochs=1",
+      "sft.batch_size=16", "rollout.tasks_per_iter=2", "rollout.group_size=3",
+      "rollout.num_envs=6", "algo.minibatch_size=16", "eval.num_episodes=6",
+      "eval.every=1", "eval.every_episodes=4", "eval.every_greedy=false",
+      "eval.oracle_prob=true", "rl_iterations=2", "rl_env_steps=0", "checkpoint_every=1",
+      "env.kwargs.horizon=2", "rollout.max_turns=3"])
+  work = str(tmp_path / "run")
+  Trainer(cfg, work).run()
+  recs = M.read_jsonl(os.path.join(work, M.EPISODES_FILE))
+  count = lambda step, policy: sum(r["step"] == step and r["policy"] == policy for r in recs)
+  assert [count(s, "eval") for s in (0, 1, 2)] == [6, 0, 6]
+  assert [count(s, "eval_sampled") for s in (0, 1, 2)] == [6, 4, 6]
+  oracle = M.read_jsonl(os.path.join(work, M.ORACLE_FILE))
+  assert [sum(r["step"] == s for r in oracle) for s in (0, 1, 2)] == [6, 4, 6]
+  assert all(0.0 <= r["prob"] <= 1.0 and r["policy"] == "eval_oracle" for r in oracle)
+  lines = M.read_jsonl(os.path.join(work, "metrics.jsonl"))
+  for step in (0, 1, 2):
+    got = [r["eval_oracle/prob"] for r in lines if r["step"] == step and "eval_oracle/prob" in r]
+    want = np.mean([r["prob"] for r in oracle if r["step"] == step])
+    assert got == [pytest.approx(want)]
+  other = str(tmp_path / "other")
+  Trainer(apply_overrides(cfg, [f"sft.init_from={work}", "rl_iterations=1"]), other).run()
+  start = lambda path: [r for r in M.read_jsonl(os.path.join(path, M.ORACLE_FILE))
+                        if r["step"] == 0]
+  assert start(other) == start(work)

@@ -27,7 +27,8 @@ from csa_jax import estimators as est_lib
 from csa_jax import data as data_lib
 from csa_jax import train_step as ts
 from csa_jax.algorithms import base, estimator as estimator_lib, istar, mtdpo
-from csa_jax.config import AlgoConfig, ExperimentConfig, IStarConfig, MDPOConfig, RolloutConfig
+from csa_jax.algo_config import IStarConfig, MDPOConfig
+from csa_jax.config import AlgoConfig, ExperimentConfig, RolloutConfig
 from csa_jax.model import Decoder, ModelConfig
 from csa_jax import groups
 from csa_jax.groups import GroupArrays
@@ -587,6 +588,10 @@ WIRING_TESTS = {
     "spa": ["test_algorithms::test_spa_estimator_learns_and_progress_matches_row_by_row"],
     "mtdpo": ["test_wiring::test_mdpo_reference_scores_come_from_the_configured_reference",
               "test_algorithms::test_mdpo_step_raises_the_winners_margin"],
+    "update_rows": ["test_oracle_rows::"
+                    "test_decisive_update_keeps_the_decisive_rows_with_their_advantages"],
+    "log_row_classes": ["test_oracle_rows::"
+                        "test_log_row_classes_reaches_the_estimator_methods_metrics"],
 }
 
 

@@ -1,5 +1,5 @@
-"""What the tiny TextWorldExpress runs of several test files share (issue 27: the suite's
-time goes to compiles and runs repeated file by file).
+"""What the tiny TextWorldExpress runs of several test files share (the suite's time went
+to compiles and to runs repeated file by file).
 
 - `demos_dir()`: one demonstrations directory per pytest session. The expert's episodes
   are keyed by environment config and task count inside it (environments/demos.py), so

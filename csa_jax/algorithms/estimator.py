@@ -14,6 +14,7 @@ import numpy as np
 
 from csa_jax import dapo
 from csa_jax import groups
+from csa_jax import oracle_rows
 from csa_jax.algorithms.base import Algorithm, Prepared, skip_update
 from csa_jax.estimators import Estimator, get_estimator
 from csa_jax.groups import GroupArrays
@@ -72,6 +73,26 @@ class EstimatorAlgorithm(Algorithm):
   def prepare(self, ctx, it, batch, params, aux) -> Prepared:
     c = ctx.cfg
     adv_BxGxT = compute_advantages(batch.arrays, c.algo, c.rollout)
-    rows = groups.rl_rows(batch, adv_BxGxT, c.algo.row_weight)
-    return Prepared(rows=rows, aux=aux, metrics={"perf/aux_s": 0.0}, adv_BxGxT=adv_BxGxT,
-                    skip=skip_update(adv_BxGxT, c.algo))
+    classes = (oracle_rows.step_classes(batch.arrays.oracle_BxGxT, batch.arrays.mask_BxGxT)
+               if c.algo.update_rows != "all" or c.algo.log_row_classes else None)
+    keep = classes[c.algo.update_rows] if c.algo.update_rows != "all" else None
+    rows = groups.rl_rows(batch, adv_BxGxT, c.algo.row_weight, keep)
+    metrics = {"perf/aux_s": 0.0}
+    if c.algo.log_row_classes:
+      by_class = {k: groups.rl_rows(batch, adv_BxGxT, c.algo.row_weight,
+                                    v if keep is None else v & keep)
+                  for k, v in classes.items()}
+      metrics |= self._row_metrics(ctx)(params, by_class, len(rows))
+    skip = skip_update(adv_BxGxT if keep is None else np.where(keep, adv_BxGxT, 0.0), c.algo)
+    return Prepared(rows=rows, aux=aux, metrics=metrics, adv_BxGxT=adv_BxGxT, skip=skip)
+
+  def _row_metrics(self, ctx) -> oracle_rows.RowClassMetrics:
+    """One jitted diagnostic per run (ctx), built on first use."""
+    if getattr(self, "_row_metrics_ctx", None) is not ctx:
+      r = ctx.cfg.rollout
+      self._row_metrics_ctx = ctx
+      self._row_metrics_fn = oracle_rows.RowClassMetrics(
+          ctx.graphdef, ctx.cfg.algo, ctx.sampling_cfg,
+          seq_len=r.max_prompt_tokens + r.max_action_tokens, action_len=r.max_action_tokens,
+          pad_id=ctx.pad_id)
+    return self._row_metrics_fn

@@ -152,7 +152,7 @@ class IStar(base.Algorithm):
     grads, loss_sum, pairs = None, 0.0, 0
     for idx, batch in base.pack(units, rows_per_batch=max(s.batch_rows, G * T),
                                 units_per_batch=r.tasks_per_iter,
-                                seq_len=r.max_prompt_tokens + r.max_action_tokens,
+                                seq_len=r.seq_len,
                                 action_len=r.max_action_tokens, pad_id=ctx.pad_id):
       won_UxG = np.zeros((r.tasks_per_iter, G), bool)
       won_UxG[:len(idx)] = won_BxG[idx]

@@ -125,7 +125,7 @@ class MultiTurnDPO(base.Algorithm):
     batches = []
     for _, batch in base.pack(units, rows_per_batch=self._rows(ctx),
                               units_per_batch=r.tasks_per_iter,
-                              seq_len=r.max_prompt_tokens + r.max_action_tokens,
+                              seq_len=r.seq_len,
                               action_len=r.max_action_tokens, pad_id=ctx.pad_id):
       batch["ref_logp"] = np.asarray(self._ref_fn(ref, ctx.to_device(batch)))
       batches.append(batch)

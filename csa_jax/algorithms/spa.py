@@ -16,29 +16,29 @@ During RL the estimator is frozen and each step's reward is
 (`spa.grounding_mode="penalty"`, the default), or the paper's literal
 r_t = progress_coef * c_t + grounding * valid_t (`"bonus"`).
 
-Why not the paper's form (issue 26). The two differ by +grounding on every step, and a
-constant reward per step, summed into the discounted return, pays for episode length: a
-step's return becomes about grounding x (the steps left in its episode) plus its progress
-to go. On a task where a win ends the episode early and a loss runs to the step limit
-(coin_doors: wins in ~10 steps, losses at the limit of 25), the loss's steps got the
-higher advantages (grounding 0.5: a 25-step loss's first step returns ~11, a 6-step win's
-~4), so the credit was anti-correlated with the oracle's step labels from the first
-iteration on (credit Spearman -0.24, -0.34, -0.14 on the very rollouts where GRPO had
-+0.19, +0.13, +0.17), the policy learned to wander (episodes 14.6 -> 20.9 steps; greedy
-episodes of seeds 1 and 2 all ran to the limit) and every seed lost held-out success.
-The estimator was not the cause (its sums were 0.9 on won episodes and 0.1 on lost ones).
-"penalty" keeps the paper's contrast between an executed and a rejected action and drops
-the constant. `spa/adv_won_minus_lost` and `spa/adv_steps_left_corr` (every iteration)
-show which way the credit points.
+Why not the paper's form (measured in reports/spa_grounding.md). The two differ by
++grounding on every step, and a constant reward per step, summed into the discounted
+return, pays for episode length: a step's return becomes about grounding x (the steps left
+in its episode) plus its progress to go. On a task where a win ends the episode early and
+a loss runs to the step limit (coin_doors: wins in ~10 steps, losses at the limit of 25),
+the loss's steps got the higher advantages (grounding 0.5: a 25-step loss's first step
+returns ~11, a 6-step win's ~4), so the credit was anti-correlated with the oracle's step
+labels from the first iteration on (credit Spearman -0.24, -0.34, -0.14 on the very
+rollouts where GRPO had +0.19, +0.13, +0.17), the policy learned to wander (episodes 14.6
+-> 20.9 steps; greedy episodes of seeds 1 and 2 all ran to the limit) and every seed lost
+held-out success. The estimator was not the cause (its sums were 0.9 on won episodes and
+0.1 on lost ones). "penalty" keeps the paper's contrast between an executed and a rejected
+action and drops the constant. `spa/adv_won_minus_lost` and `spa/adv_steps_left_corr`
+(every iteration) show which way the credit points.
 
-Budget (issue 26). The exploration's environment steps count against `rl_env_steps` like
-the RL rollouts' (the trainer adds `Prepared.env_steps`), so RL gets the budget minus the
+Budget. The exploration's environment steps count against `rl_env_steps` like the RL
+rollouts' (the trainer adds `Prepared.env_steps`), so RL gets the budget minus the
 exploration, and the run ends within one iteration of the budget as every method's does;
 exploration stops after the chunk (one wave of the pool) in which it reaches
 `spa.explore_share` of the budget (0.25: at KeyDoor H = 4 the whole 100 tasks x 5, at
 H = 48 about 60 episodes), because 500 episodes of 49 steps alone would be 2.5 budgets.
-Without `rl_env_steps` (a budget in iterations) the exploration's steps come on top of
-the rollouts, as in the coin_doors study (about 18,400 steps against the others' 9,700).
+Without `rl_env_steps` (a budget in iterations) the exploration's steps come on top of the
+rollouts, as in the coin_doors study (about 18,400 steps against the others' 9,700).
 
 Differences from the authors, on purpose:
 - advantages: the discounted return of r (gamma 0.99) standardised over the active steps
@@ -182,7 +182,7 @@ class SPA(base.Algorithm):
     r = ctx.cfg.rollout
     # At most one unit per row, so `rows` units per batch is never the binding limit.
     return base.pack(units, rows_per_batch=self._rows(ctx), units_per_batch=self._rows(ctx),
-                     seq_len=r.max_prompt_tokens + r.max_action_tokens,
+                     seq_len=r.seq_len,
                      action_len=r.max_action_tokens, pad_id=ctx.pad_id)
 
   # -- once per run: exploration and the estimator --------------------------------------
@@ -292,13 +292,12 @@ class SPA(base.Algorithm):
 
 
 def explored_steps(episodes: list[dict]) -> int:
-  """Environment steps of exploration episodes (chunks written before "steps" was kept:
-  their step rows)."""
-  return sum(int(ep.get("steps", len(ep["rows"]))) for ep in episodes)
+  """Environment steps of exploration episodes."""
+  return sum(int(ep["steps"]) for ep in episodes)
 
 
 def advantage_diagnostics(adv_BxGxT, mask_BxGxT, won_BxG) -> dict[str, float]:
-  """What issue 26 needed to see, per iteration: "spa/adv_won_minus_lost", the mean
+  """Which way the credit points, per iteration: "spa/adv_won_minus_lost", the mean
   advantage of won episodes' steps minus lost ones' in the groups that have both (> 0 when
   the credit points the right way; NaN without such a group), and
   "spa/adv_steps_left_corr", the correlation over active steps between a step's advantage

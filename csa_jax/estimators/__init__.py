@@ -15,7 +15,7 @@ clip-higher and token-level loss in csa_jax/losses.py; the method that calls an 
 Shapes: B task groups, G rollouts per group, T max steps. Every output is 0 where the
 mask is 0, never NaN or inf for finite inputs, and carries no gradient (advantages are
 constants of the policy update). Each estimator's knobs (lam, eps, ...) have no default
-in its signature: their one home is `csa_jax.config.AlgoConfig`.
+in its signature: their one home is `AlgoConfig` (csa_jax/algo_config.py).
 """
 
 # The modules register their estimators when imported: importing the package fills the

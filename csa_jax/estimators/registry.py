@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import jax
 
+from csa_jax.algo_config import AlgoConfig
+
 # The arrays an estimator may read (csa_jax/groups.py's GroupArrays, the rewards shaped).
 INPUTS = ("rewards_BxG", "logp_BxGxT", "mask_BxGxT", "step_rewards_BxGxT",
           "state_id_BxGxT", "invalid_BxGxT")
@@ -66,7 +68,6 @@ _REGISTRY: dict[str, Estimator] = {}
 
 
 def _config_fields() -> set[str]:
-  from csa_jax.config import AlgoConfig  # pylint: disable=g-import-not-at-top
   return {f.name for f in dataclasses.fields(AlgoConfig)}
 
 
@@ -86,8 +87,8 @@ def describe(name: str, fn: Callable[..., jax.Array]) -> Estimator:
   missing = sorted(set(hparams) - _config_fields())
   if missing:
     raise ValueError(f"estimator {name!r} declares hparams {missing} that are not "
-                     "fields of csa_jax.config.AlgoConfig: add them there (with a default) "
-                     "so that `--set algo.<name>=...` reaches it")
+                     "fields of AlgoConfig (csa_jax/algo_config.py): add them there (with a "
+                     "default) so that `--set algo.<name>=...` reaches it")
   defaults = sorted(p.name for p in params if p.default is not p.empty)
   if defaults:
     raise ValueError(f"estimator {name!r} gives defaults to {defaults}: a default lives "

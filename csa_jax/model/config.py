@@ -195,10 +195,11 @@ class ModelConfig:
     return cls(**fields)
 
 
-# The shapes of the pretrained checkpoints the full-size experiments are sized for, as
-# their config.json files give them (Hugging Face: meta-llama/Llama-3.1-8B-Instruct,
-# Qwen/Qwen2.5-1.5B-Instruct, Qwen/Qwen2.5-7B-Instruct). A run loads the real shape from
-# `model_path`; these let `launch.py --dry-run` plan memory with no weights at hand.
+# The shapes of the pretrained checkpoints the experiments are sized for, as their
+# config.json files give them (Hugging Face: meta-llama/Llama-3.1-8B-Instruct,
+# Qwen/Qwen2.5-1.5B-Instruct, Qwen/Qwen2.5-7B-Instruct, HuggingFaceTB/SmolLM2-135M-Instruct,
+# the last as its packaged GGUF file holds it). A run takes the real shape from `model_path`
+# (csa_jax/pretrained.py); these let `launch.py --dry-run` plan memory with no weights at hand.
 # Parameters are stored in float32 (the optimizer's master copy: at the recipes' 1e-6
 # learning rate a bfloat16 weight would not move) and computed in bfloat16, each layer
 # rematerialised in the backward pass.
@@ -217,6 +218,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28,
         num_heads=28, num_kv_heads=4, head_dim=128, rope_theta=1_000_000.0,
         rms_norm_eps=1e-6, tie_embeddings=False, qkv_bias=True, max_seq_len=32768),
+    "smollm2-135m": dict(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
+        num_heads=9, num_kv_heads=3, head_dim=64, rope_theta=100_000.0,
+        rms_norm_eps=1e-5, tie_embeddings=True, qkv_bias=False, max_seq_len=8192),
 }
 
 

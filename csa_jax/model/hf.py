@@ -68,6 +68,16 @@ def _read_json(path: str) -> Any:
 
 # ---------------------------------------------------------------- config ----
 
+def read_config(path: str) -> dict[str, Any]:
+  """The parsed config.json of the directory `path` (an HFCheckpointError when it is
+  missing, malformed or not an object)."""
+  cfg_path = os.path.join(path, CONFIG_FILE)
+  hf_cfg = _read_json(cfg_path)
+  if not isinstance(hf_cfg, dict):
+    raise HFCheckpointError(f"{cfg_path}: expected a JSON object")
+  return hf_cfg
+
+
 def _field(hf: Mapping[str, Any], name: str, kind, source: str,
            default: Any = ...) -> Any:
   if name not in hf or hf[name] is None:
@@ -334,12 +344,9 @@ def load_model(path: str, *, dtype: str = "float32",
   """The Decoder of a local HF directory; see `from_pretrained`."""
   if not os.path.isdir(path):
     raise HFCheckpointError(f"not a directory: {path}")
-  cfg_path = os.path.join(path, CONFIG_FILE)
-  hf_cfg = _read_json(cfg_path)
-  if not isinstance(hf_cfg, dict):
-    raise HFCheckpointError(f"{cfg_path}: expected a JSON object")
-  cfg = config_from_hf(hf_cfg, dtype=dtype, param_dtype=param_dtype,
-                       max_seq_len=max_seq_len, source=cfg_path).replace(
+  hf_cfg = read_config(path)
+  cfg = config_from_hf(hf_cfg, dtype=dtype, param_dtype=param_dtype, max_seq_len=max_seq_len,
+                       source=os.path.join(path, CONFIG_FILE)).replace(
                            remat=remat, scan_layers=scan_layers,
                            lora=lora or LoRAConfig())
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(seed)))

@@ -97,12 +97,6 @@ def unstrip(restored, template):
   return merge(restored, split(template)[1])
 
 
-def share_frozen(tree, source):
-  """`tree` with its frozen parts replaced by those of `source` (the same structure): a
-  reference restored from a checkpoint then reads the policy's base buffers."""
-  return merge(trainable(tree), split(source)[1])
-
-
 # ----------------------------------------------------------------------------------------
 # Sizes.
 

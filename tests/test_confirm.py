@@ -1,0 +1,67 @@
+"""A study's registered tests and curve summaries (studies/confirm.py): the paired t-test's
+p (against scipy's values, computed offline), Holm's adjustment (worked by hand), the
+curve's area and the interactions to a target, and one page from synthetic runs."""
+
+import math
+
+import pytest
+
+from studies import confirm
+from studies.runs import Episode, Run
+
+
+def test_paired_t_p_matches_scipy():
+  # scipy.stats.ttest_1samp(x, 0).pvalue, computed outside the project's environment.
+  assert confirm.paired_t_p([1, 2, 3, 4, 5]) == pytest.approx(0.01323559956368269, rel=1e-9)
+  assert confirm.paired_t_p([0.02, -0.01, 0.05, 0.03]) == pytest.approx(0.16967992890125827,
+                                                                         rel=1e-9)
+  assert math.isnan(confirm.paired_t_p([0.3]))
+  assert confirm.paired_t_p([0.0, 0.0]) == 1.0
+
+
+def test_holm_steps_down_and_stays_monotone():
+  # Sorted p 0.01, 0.02, 0.04, 0.30 with m = 4: 0.04, 0.06, 0.08, 0.30.
+  assert confirm.holm([0.04, 0.01, 0.30, 0.02]) == pytest.approx([0.08, 0.04, 0.30, 0.06])
+  # A later (larger) p whose product is smaller cannot undercut an earlier adjusted one:
+  # sorted 0.2, 0.25: 2 * 0.2 = 0.4, then max(0.4, 1 * 0.25) = 0.4.
+  assert confirm.holm([0.25, 0.2]) == pytest.approx([0.4, 0.4])
+  out = confirm.holm([float("nan"), 0.01])
+  assert math.isnan(out[0]) and out[1] == pytest.approx(0.01)
+
+
+def test_curve_mean_and_interactions_to_a_target():
+  pts = [(0.0, 0.4), (100.0, 0.6), (300.0, 0.6)]
+  # (100 * 0.5 + 200 * 0.6) / 300
+  assert confirm.curve_mean(pts) == pytest.approx(170 / 300)
+  assert confirm.to_reach(pts, 0.5) == pytest.approx(50.0)
+  assert confirm.to_reach(pts, 0.4) == 0.0
+  assert confirm.to_reach(pts, 0.7) == math.inf
+
+
+def _run(method, seed, successes, steps_per_eval=100, oracle=None):
+  """An RL run evaluated at steps 0, 8, 16 on tasks 0-3 (sampled), final at 16."""
+  episodes, steps = {}, {}
+  for i, (step, wins) in enumerate(zip((0, 8, 16), successes)):
+    episodes[("eval_sampled", step)] = {("test", k): Episode(int(k < wins), 5, 0.0)
+                                        for k in range(4)}
+    steps[step] = {"perf/env_steps_total": float(i * steps_per_eval),
+                   "eval_sampled/success": wins / 4}
+  steps[16] |= {"eval_oracle/prob": oracle if oracle is not None else successes[-1] / 4,
+                "eval/success": 0.5}
+  episodes[("eval", 16)] = {("test", k): Episode(int(k < 2), 5, 0.0) for k in range(4)}
+  config = {"env": {"kwargs": {"horizon": 4}},
+            "provenance": {"git_commit": "abc123def4567", "git_dirty": seed == 1}}
+  return Run(f"{method}_seed{seed}", method, seed, config, steps, "fam", episodes)
+
+
+def test_page_pairs_by_seed_and_flags_unclean_trees():
+  runs = [_run("grpo", s, (1, 2, 2)) for s in range(3)]
+  runs += [_run("csa", s, (1, 2, 3 + (s == 2))) for s in range(3)]  # +1 or +2 tasks of 4
+  tests = {"families": [{"name": "main", "metric": "sampled_success",
+                         "comparisons": [["csa", "grpo", 4]]}]}
+  page = confirm.build(runs, tests)
+  # Differences 0.25, 0.25, 0.5: mean 0.333; every seed positive.
+  row = next(line for line in page.splitlines() if line.startswith("| csa - grpo"))
+  assert "| 4 | 3 | +0.333 [" in row and "| 3:0 |" in row
+  assert "| fam/csa_seed1 | abc123def456 | UNCLEAN |" in page
+  assert "| fam/grpo_seed0 | abc123def456 | clean |" in page
