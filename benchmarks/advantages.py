@@ -2,7 +2,7 @@
 
 Three implementations of each estimator on the same padded batch (B=128 task groups,
 G=8 rollouts, T=50 steps by default):
-  jax      csa_jax.advantages, jitted (compile excluded, block_until_ready);
+  jax      csa_jax.estimators, jitted (compile excluded, block_until_ready);
   numpy    the same math vectorised in NumPy (reductions over axes; GiGPO step groups
            via np.unique on (group, state) keys);
   loop     a per-group Python loop with a dict of step groups, the way verl-agent's
@@ -25,9 +25,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.timing import median_seconds
-from csa_jax import advantages as adv_lib
+from csa_jax import estimators as est_lib
+from csa_jax.config import AlgoConfig
 
-EPS = 1e-6
+# The estimators' knobs at their config defaults (the references below use them too).
+ALGO = AlgoConfig()
+EPS = ALGO.eps
 TIE_RTOL = 1e-6
 L_TIE_ATOL = 1e-5
 
@@ -64,7 +67,7 @@ def np_standardize(x, active, axis, ddof=1, atol=0.0):
   return c / (std + EPS)
 
 
-def np_csa(rewards, logp, mask, lam=0.5):
+def np_csa(rewards, logp, mask, lam=ALGO.lam):
   a_e = np_standardize(rewards, mask.any(-1), -1)
   n = mask.sum(1, keepdims=True)
   lp = np.where(mask, logp, 0.0)
@@ -76,7 +79,7 @@ def np_csa(rewards, logp, mask, lam=0.5):
   return np.where(mask, a_e[..., None] + lam * a_s, 0.0)
 
 
-def np_gigpo(step_rewards, mask, state_id, gamma=0.95, w=1.0):
+def np_gigpo(step_rewards, mask, state_id, gamma=ALGO.gamma, w=ALGO.w):
   B, G, T = mask.shape
   r = np.where(mask, step_rewards, 0.0)
   a_e = np_standardize(r.sum(-1), mask.any(-1), -1)
@@ -122,7 +125,7 @@ def loop_standardize(values, atol=0.0):
   return [(v - mean) / (std + EPS) for v in values]
 
 
-def loop_csa(rewards, logp, mask, lam=0.5):
+def loop_csa(rewards, logp, mask, lam=ALGO.lam):
   B, G, T = mask.shape
   out = np.zeros(mask.shape)
   for b in range(B):
@@ -141,7 +144,7 @@ def loop_csa(rewards, logp, mask, lam=0.5):
   return out
 
 
-def loop_gigpo(step_rewards, mask, state_id, gamma=0.95, w=1.0):
+def loop_gigpo(step_rewards, mask, state_id, gamma=ALGO.gamma, w=ALGO.w):
   B, G, T = mask.shape
   out = np.zeros(mask.shape)
   for b in range(B):
@@ -180,8 +183,10 @@ def main():
   rewards, logp, mask, step_rewards, state_id = make_batch(args.B, args.G, args.T,
                                                            args.states)
   dev = [jax.device_put(x) for x in (rewards, logp, mask, step_rewards, state_id)]
-  jax_csa = lambda: adv_lib.csa_advantages(dev[0], dev[1], dev[2]).block_until_ready()
-  jax_gig = lambda: adv_lib.gigpo_advantages(dev[3], dev[2], dev[4]).block_until_ready()
+  knobs = lambda name: {k: getattr(ALGO, k) for k in est_lib.get_estimator(name).hparams}
+  jax_csa = lambda: est_lib.csa_advantages(*dev[:3], **knobs("csa")).block_until_ready()
+  jax_gig = lambda: est_lib.gigpo_advantages(dev[3], dev[2], dev[4],
+                                             **knobs("gigpo")).block_until_ready()
 
   t0 = time.perf_counter()
   ref = {"csa": np.asarray(jax_csa())}
@@ -199,7 +204,7 @@ def main():
     np.testing.assert_allclose(np_fn(), ref[name], atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(loop_fn(), ref[name], atol=1e-4, rtol=1e-4)
 
-  _, size = adv_lib.step_groups(dev[4], dev[2])
+  _, size = est_lib.step_groups(dev[4], dev[2])
   size = np.asarray(size)[mask]
   print(f"backend={jax.default_backend()} devices={jax.device_count()} "
         f"B={args.B} G={args.G} T={args.T} active steps={int(mask.sum())} "

@@ -202,7 +202,7 @@ def env_corpus(env_kwargs: dict, num_tasks: int) -> list[str]:
   """The text a tokenizer is fitted to: the first training tasks' task lines, first
   observations and action lists (the games are generated here, into the cache the run
   then reads), in the think format's framing."""
-  from csa_jax.rollout import PromptFormat
+  from csa_jax.prompts import PromptFormat
   from csa_jax.sft_rows import demo_corpus
   from environments.registry import make_env
   env = make_env("alfworld", **env_kwargs)

@@ -40,8 +40,10 @@ import numpy as np
 
 import experiments
 from benchmarks.timing import median_seconds
+from csa_jax import groups
 from csa_jax import metrics as M
 from csa_jax import perf as perf_lib
+from csa_jax import prompts
 from csa_jax import rollout as rollout_lib
 from csa_jax import sampling
 from csa_jax.checkpoint import Checkpointer
@@ -106,8 +108,8 @@ def overlap_gain(exp: str, sets: list[str], sft_dir: str, reps: int) -> dict[str
   ckpt = Checkpointer(os.path.join(sft_dir, "sft"), max_to_keep=1)
   params, _ = ckpt.restore(params)
   ckpt.close()
-  fmt = rollout_lib.PromptFormat(action_format=r.action_format)
-  tasks = [(c.env.train_split, i) for i in range(r.tasks_per_iter) for _ in range(r.group_size)]
+  fmt = prompts.PromptFormat(action_format=r.action_format)
+  tasks = groups.tasks(np.random.default_rng(0), c)  # the same B x G tasks every round
   per_step = {False: [], True: []}
   with EnvPool(c.env.name, dict(c.env.kwargs), r.num_envs, backend=c.env.pool_backend,
                step_timeout_s=r.step_timeout_s) as pool:

@@ -23,7 +23,7 @@ import numpy as np
 
 import experiments
 from csa_jax import pretrained
-from csa_jax import rollout as rollout_lib
+from csa_jax import prompts
 from csa_jax.config import apply_overrides
 from csa_jax.sft_rows import load_demos
 from csa_jax.tokenizer import Tokenizer
@@ -38,8 +38,8 @@ def _stats(x) -> str:
 def measure(cfg) -> list[str]:
   r = cfg.rollout
   tok = Tokenizer.from_hf_dir(cfg.model_path)
-  fmt = (rollout_lib.PromptFormat.chat(tok, r.action_format, r.system_prompt)
-         if tok.chat_template else rollout_lib.PromptFormat(action_prefix=" "))
+  fmt = (prompts.PromptFormat.chat(tok, r.action_format, r.system_prompt)
+         if tok.chat_template else prompts.PromptFormat(action_prefix=" "))
   full, cut, actions, need = [], [], [], []
   records = load_demos(cfg)
   for rec in records:
@@ -47,10 +47,10 @@ def measure(cfg) -> list[str]:
     for t, action in enumerate(rec["actions"]):
       args = (tok, rec["task"], history, rec["observations"][t], rec["admissible"][t])
       kw = dict(history_turns=r.history_turns, fmt=fmt)
-      full.append(len(rollout_lib.encode_prompt(*args, max_tokens=1 << 20, **kw)))
-      cut.append(len(rollout_lib.encode_prompt(*args, max_tokens=r.max_prompt_tokens, **kw)))
-      need.append(rollout_lib.prompt_budget_needed(tok, rec["task"], rec["admissible"][t],
-                                                   fmt=fmt))
+      full.append(len(prompts.encode_prompt(*args, max_tokens=1 << 20, **kw)))
+      cut.append(len(prompts.encode_prompt(*args, max_tokens=r.max_prompt_tokens, **kw)))
+      need.append(prompts.prompt_budget_needed(tok, rec["task"], rec["admissible"][t],
+                                               fmt=fmt))
       actions.append(len(tok.encode(fmt.answer_text(action))) + 1)
       history.append((action, rec["observations"][t + 1]
                       if t + 1 < len(rec["observations"]) else ""))

@@ -27,8 +27,8 @@ from csa_jax.methods import METHODS
 # The estimators' registry and the loss's modes live with their (jax) code; they are read
 # when a value is checked, so that defining and reading configs imports no jax.
 def _estimators():
-  from csa_jax import advantages  # pylint: disable=g-import-not-at-top
-  return advantages.list_estimators()
+  from csa_jax import estimators  # pylint: disable=g-import-not-at-top
+  return estimators.list_estimators()
 
 
 def _agg_modes():
@@ -81,6 +81,13 @@ def one_of(names: Callable[[], Any] | tuple, note: str = "") -> Rule:
     return (" or ".join(known) if len(known) <= 2 else f"one of {', '.join(known)}") + note
 
   return Rule(what, lambda v: v in tuple(get()), ("nosuch",))
+
+
+def each_ge(lo) -> Rule:
+  """A tuple of ints, each >= lo (it may be empty)."""
+  ok = lambda v: isinstance(v, tuple) and all(
+      isinstance(i, int) and not isinstance(i, bool) and i >= lo for i in v)
+  return Rule(f"ints >= {lo}, comma-separated", ok, (str(lo - 1),))
 
 
 def nonempty() -> Rule:
@@ -198,7 +205,7 @@ FIELDS: dict[str, Field] = {
     # algo
     "algo.method": F("what drives an RL iteration (csa_jax/algorithms)", one_of(METHODS)),
     "algo.estimator": F("the advantage estimator of method 'estimator' "
-                        "(csa_jax/advantages.py)", one_of(_estimators)),
+                        "(csa_jax/estimators/)", one_of(_estimators)),
     "algo.lam": F("CSA: weight of the counterfactual step term, A = A_E + lam * A_S (0: "
                   "GRPO, 1: the step-level ablation)", within(0, 1)),
     "algo.gamma": F("discount of step returns (GiGPO, CSA+GiGPO)", within(0, 1)),
@@ -207,6 +214,8 @@ FIELDS: dict[str, Field] = {
     "algo.ddof": F("delta degrees of freedom of the estimators' standard deviations (1: "
                    "unbiased, as torch.std in GRPO)", ge(0)),
     "algo.std_normalize": F("divide group advantages by the group's standard deviation"),
+    "algo.decisive_steps": F("csa_decisive / csa_routine: the step indices whose step term "
+                             "is kept / left out", each_ge(0)),
     "algo.clip_low": F("PPO ratio clip below: 1 - clip_low", within(0, 1, hi_open=True)),
     "algo.clip_high": F("PPO ratio clip above: 1 + clip_high", ge(0)),
     "algo.dual_clip": F("dual-clip bound for negative advantages (DAPO/verl use 3)",

@@ -1,15 +1,23 @@
-"""Step-level credit accuracy (CSA proposal, "Metrics"), as a study over fixed rollouts.
-
-Every estimator's per-step advantage on the same [B, G, T] arrays is compared with the
-environment's oracle step label (never used for training):
+"""Step-level credit accuracy (CSA proposal, "Metrics"): how well an estimator's per-step
+advantages rank the environment's oracle step labels (never used for training), on the
+training rollouts (`credit_accuracy`, logged every iteration) and as a study over fixed
+rollouts (`credit_table`, studies/credit.py). The one home of the credit metrics:
 
 - spearman: rank correlation over all labelled steps;
 - spearman_failed / spearman_won: the same within failed / won episodes only, the
   proposal's claim that step credit tells useful actions in failed rollouts and harmful ones
   in won rollouts apart (an episode-level estimator is constant within an episode, so only
   differences between episodes can move these);
-- auc: the probability that a progress step (label > 0) gets a higher advantage than a
-  step that made no progress or regressed (label <= 0), ties counting 1/2.
+- two AUCs, the probability that a step of one class gets a higher advantage than a step of
+  the other, ties counting 1/2, which differ in what they rank:
+  - `decisive_auc`: steps labelled > 0 against steps labelled < 0, steps labelled 0 left
+    out. Where only decisive steps carry a non-zero label (KeyDoor: right key +1, wrong
+    -1, routine 0) it is the decisive step's credit accuracy; the training log's
+    `credit/decisive_auc` and the study pages of studies/report.py use it;
+  - `progress_auc`: steps labelled > 0 (progress) against all others, labelled <= 0 (no
+    progress or a regression); the credit study (reports/credit.md) uses it.
+  With routine steps (label 0) present the two are not comparable.
+All rank on one function, `average_ranks`.
 
 Confidence intervals are percentile bootstraps over groups (tasks): a group's G rollouts
 share a task and a baseline, so groups, not steps, are the independent units. Host NumPy.
@@ -21,14 +29,14 @@ from typing import Callable
 
 import numpy as np
 
-METRICS = ("spearman", "spearman_failed", "spearman_won", "auc")
+METRICS = ("spearman", "spearman_failed", "spearman_won", "progress_auc")
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:
-  """1-based ranks; tied values share the mean of their ranks (vectorised)."""
+  """0-based ranks; tied values share the mean of their ranks (vectorised)."""
   _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
   first = np.cumsum(counts) - counts  # 0-based rank of each distinct value's first copy
-  return (first + (counts + 1) / 2.0)[inverse.reshape(-1)]
+  return (first + (counts - 1) / 2.0)[inverse.reshape(-1)]
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -36,20 +44,44 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
     return float("nan")
-  ra, rb = average_ranks(a), average_ranks(b)
-  ra, rb = ra - ra.mean(), rb - rb.mean()
-  return float((ra * rb).sum() / np.sqrt((ra * ra).sum() * (rb * rb).sum()))
+  return float(np.corrcoef(average_ranks(a), average_ranks(b))[0, 1])
 
 
 def auc(scores: np.ndarray, positive: np.ndarray) -> float:
-  """Mann-Whitney AUC of `scores` separating positive from negative items; NaN if a class
-  is empty."""
+  """Mann-Whitney AUC of `scores` separating positive from negative items: P(x > y) +
+  P(x == y) / 2 for x a positive's score, y a negative's; NaN if a class is empty."""
   scores, positive = np.asarray(scores, np.float64), np.asarray(positive, bool)
   n_pos, n_neg = int(positive.sum()), int((~positive).sum())
   if n_pos == 0 or n_neg == 0:
     return float("nan")
   ranks = average_ranks(scores)
-  return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+  return float((ranks[positive].sum() - n_pos * (n_pos - 1) / 2.0) / (n_pos * n_neg))
+
+
+def decisive_auc(adv: np.ndarray, label: np.ndarray) -> float:
+  """AUC of the advantages of steps labelled > 0 against steps labelled < 0; steps
+  labelled 0 (routine) take no part."""
+  adv, label = np.asarray(adv), np.asarray(label)
+  rated = label != 0
+  return auc(adv[rated], label[rated] > 0)
+
+
+def progress_auc(adv: np.ndarray, label: np.ndarray) -> float:
+  """AUC of the advantages of steps labelled > 0 (progress) against every other step
+  (label <= 0: no progress or a regression)."""
+  return auc(adv, np.asarray(label) > 0)
+
+
+def credit_accuracy(adv_BxGxT: np.ndarray, oracle_BxGxT: np.ndarray,
+                    mask_BxGxT: np.ndarray) -> dict[str, float]:
+  """The training log's credit metrics over an iteration's labelled steps: how many there
+  are, the Spearman correlation of advantages with labels and the decisive AUC. Spearman
+  is NaN where fewer than 3 labelled steps exist or either side is constant; the AUC is
+  NaN where either class has no step."""
+  sel = mask_BxGxT.astype(bool) & np.isfinite(oracle_BxGxT)
+  a, o = np.asarray(adv_BxGxT, np.float64)[sel], np.asarray(oracle_BxGxT, np.float64)[sel]
+  return {"credit/labelled_steps": float(sel.sum()), "credit/spearman": spearman(a, o),
+          "credit/decisive_auc": decisive_auc(a, o)}
 
 
 def labelled_steps(adv_BxGxT: np.ndarray, oracle_BxGxT: np.ndarray, mask_BxGxT: np.ndarray,
@@ -67,7 +99,7 @@ def metric_values(steps: dict[str, np.ndarray]) -> dict[str, float]:
   return {"spearman": spearman(a, y),
           "spearman_failed": spearman(a[~won], y[~won]),
           "spearman_won": spearman(a[won], y[won]),
-          "auc": auc(a, y > 0)}
+          "progress_auc": progress_auc(a, y)}
 
 
 def bootstrap_groups(steps: dict[str, np.ndarray], num_groups: int,

@@ -2,7 +2,7 @@
 (`dynamic_sampling_keep`) and overlong reward shaping (`overlong_penalty`,
 `shape_overlong_rewards`), with the multi-turn meaning of "length". DAPO's other two parts,
 clip-higher and the token-level loss, are in losses.py. Pure functions over the padded
-[B, G, T] arrays of advantages.py, with its tie rules.
+[B, G, T] arrays of the estimators, with their tie rule (csa_jax/estimators/stats.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from csa_jax.advantages import as_mask, center, check_steps, f32, rewards_and_valid
+from csa_jax.estimators.stats import as_mask, center, check_steps, f32, rewards_and_valid
 
 
 @jax.jit

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from csa_jax import data as data_lib
 from csa_jax import distributed as dist
+from csa_jax import prompts
 from csa_jax import rollout as rollout_lib
 from csa_jax import train_step as ts
 from csa_jax.config import ExperimentConfig
@@ -23,7 +24,7 @@ ORACLE_BATCH = 64
 
 
 def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
-             fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN,
+             fmt: prompts.PromptFormat = prompts.PLAIN,
              num_episodes: int | None = None) -> tuple[dict, list]:
   """`num_episodes` (default eval.num_episodes) held-out tasks from eval.first_task on,
   one episode each (split across processes; the metrics are over all of them, the
@@ -47,7 +48,7 @@ class OracleProbs:
   The prompts are built once, in this process, from a fresh environment (one that does
   not need the pool's engines); each call scores them with the given parameters."""
 
-  def __init__(self, graphdef, tok, cfg: ExperimentConfig, fmt: rollout_lib.PromptFormat,
+  def __init__(self, graphdef, tok, cfg: ExperimentConfig, fmt: prompts.PromptFormat,
                sampling_cfg):
     r, n, first = cfg.rollout, cfg.eval.num_episodes, cfg.eval.first_task
     env = make_env(cfg.env.name, **dict(cfg.env.kwargs))
@@ -59,7 +60,7 @@ class OracleProbs:
         if action is None:
           raise ValueError(f"eval.oracle_prob: environment {cfg.env.name!r} names no oracle "
                            f"action at the first step of {cfg.env.eval_split} task {i}")
-        prompt = rollout_lib.encode_prompt(
+        prompt = prompts.encode_prompt(
             tok, res.info.task, [], res.observation, res.info.admissible_actions,
             history_turns=r.history_turns, max_tokens=r.max_prompt_tokens, fmt=fmt)
         rows.append(data_lib.sft_row(prompt, action_target(tok, action, cfg, fmt)))
@@ -72,7 +73,7 @@ class OracleProbs:
     self._n = n
 
     def logp_B(params, batch):
-      lp_BxA = sampling_logprobs(ts._logits(graphdef, params, batch), batch["targets"],
+      lp_BxA = sampling_logprobs(ts.action_logits(graphdef, params, batch), batch["targets"],
                                  sampling_cfg)
       return (lp_BxA * batch["loss_mask"]).sum(-1)
 

@@ -22,13 +22,28 @@ from csa_jax import data as data_lib
 from csa_jax import distributed as dist
 from csa_jax import rollout as rollout_lib
 from csa_jax.config import ExperimentConfig
-from csa_jax.rollout import GroupArrays, Trajectory
+from csa_jax.rollout import Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupArrays:
+  """What the estimators read of B task groups of G episodes, padded to T steps
+  (`group_arrays` makes them)."""
+
+  rewards_BxG: np.ndarray  # float32 outcome reward (1 if won)
+  logp_BxGxT: np.ndarray  # float32 step log-prob (sum or mean over action tokens)
+  mask_BxGxT: np.ndarray  # bool, step exists
+  step_rewards_BxGxT: np.ndarray  # float32, outcome reward on the last step
+  state_id_BxGxT: np.ndarray  # int32 anchor ids
+  oracle_BxGxT: np.ndarray  # float32 oracle labels, NaN where none
+  action_len_BxGxT: np.ndarray  # int32 generated tokens per step (DAPO overlong shaping)
+  invalid_BxGxT: np.ndarray  # bool, the environment rejected the step's action
 
 
 @dataclasses.dataclass(frozen=True)
 class GroupBatch:
   """An iteration's task groups: `groups[b][g]` is rollout g of task group b, and `arrays`
-  their padded [B, G, T] arrays (rollout.GroupArrays)."""
+  their padded [B, G, T] arrays."""
 
   groups: tuple[tuple[Trajectory, ...], ...]
   arrays: GroupArrays

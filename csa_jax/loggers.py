@@ -57,6 +57,7 @@ class WandbLogger:
                              config=to_dict(cfg) if cfg else None,
                              settings=wandb.Settings(console="off", silent=True))
     except wandb.errors.Error as e:  # no login, no network: one line, before any training
+      wandb.teardown()  # its settings (WANDB_MODE, the login) are read afresh by a next run
       raise SetupError(f"log.wandb: {(str(e).splitlines() or [type(e).__name__])[0]} "
                        "(WANDB_MODE=offline keeps the run on disk for `wandb sync`)") from None
 

@@ -1,9 +1,6 @@
 """Metrics (host side): what the proposal measures, and where it is written.
 
 - success rate and episode length of a set of trajectories;
-- step-level credit accuracy: the rank correlation between the per-step advantages an
-  estimator gives and the environment's oracle step labels (e.g. ALFWorld's decrease in
-  planner distance to the goal), over the steps that have a label;
 - the JSONL files a run writes (csa_jax/loggers.py writes them): per-episode outcomes
   (`EPISODES_FILE`), how they are replaced and read back.
 """
@@ -14,8 +11,6 @@ import json
 import os
 import sys
 from typing import Any, Sequence
-
-import numpy as np
 
 from csa_jax.rollout import Trajectory
 
@@ -45,52 +40,9 @@ def episode_rates(sums: dict[str, int], prefix: str) -> dict[str, float]:
       f"{prefix}/invalid_action_frac": sums["invalid"] / steps if steps else 0.0,
       f"{prefix}/errors": float(sums["errors"]),
       # Admissible actions the prompt budget left out of the list, per step (see
-      # rollout.build_prompt): non-zero means the policy did not see every action.
+      # prompts.build_prompt): non-zero means the policy did not see every action.
       f"{prefix}/actions_dropped": sums["dropped"] / steps if steps else 0.0,
   }
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-  """Average ranks (ties share their mean rank), as in Spearman's rho."""
-  order = np.argsort(x, kind="stable")
-  ranks = np.empty(len(x), np.float64)
-  ranks[order] = np.arange(len(x), dtype=np.float64)
-  for v in np.unique(x):
-    sel = x == v
-    if sel.sum() > 1:
-      ranks[sel] = ranks[sel].mean()
-  return ranks
-
-
-def credit_accuracy(adv_BxGxT: np.ndarray, oracle_BxGxT: np.ndarray,
-                    mask_BxGxT: np.ndarray) -> dict[str, float]:
-  """Spearman correlation of advantages with oracle labels over labelled steps, and the
-  AUC of the advantage of steps labelled good (> 0) against those labelled bad (< 0).
-
-  The AUC is P(A_good > A_bad) + P(A_good == A_bad) / 2 over all (good, bad) pairs of
-  steps: 1 when every good step gets more credit than every bad one, 0.5 for credit
-  unrelated to the labels. Where only the decisive steps carry non-zero labels (KeyDoor:
-  right key +1, wrong -1, routine 0) it is the decisive step's credit accuracy. Spearman
-  is NaN where fewer than 3 labelled steps exist or either side is constant; the AUC is
-  NaN where either side has no step.
-  """
-  sel = mask_BxGxT.astype(bool) & np.isfinite(oracle_BxGxT)
-  a, o = np.asarray(adv_BxGxT, np.float64)[sel], np.asarray(oracle_BxGxT, np.float64)[sel]
-  out = {"credit/labelled_steps": float(sel.sum()), "credit/spearman": float("nan"),
-         "credit/decisive_auc": auc(a[o > 0], a[o < 0])}
-  if len(a) >= 3 and a.std() > 0 and o.std() > 0:
-    out["credit/spearman"] = float(np.corrcoef(_ranks(a), _ranks(o))[0, 1])
-  return out
-
-
-def auc(pos: np.ndarray, neg: np.ndarray) -> float:
-  """P(x > y) + P(x == y) / 2 for x from `pos`, y from `neg` (Mann-Whitney, with ties)."""
-  pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
-  if not len(pos) or not len(neg):
-    return float("nan")
-  ranks = _ranks(np.concatenate([pos, neg])) + 1.0  # average ranks of ties, from 1
-  u = ranks[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2
-  return float(u / (len(pos) * len(neg)))
 
 
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")

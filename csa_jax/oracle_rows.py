@@ -51,7 +51,7 @@ class RowClassMetrics:
 
     def grad_entropy(params, batch, weight):
       def pg(p):
-        logits_NxAxV = ts._logits(graphdef, p, batch)
+        logits_NxAxV = ts.action_logits(graphdef, p, batch)
         logp_NxA = sampling_logprobs(logits_NxAxV, batch["targets"], sampling_cfg)
         loss, _ = losses.clipped_policy_loss(
             logp_NxA, batch["old_logp"], batch["adv"], batch["loss_mask"],

@@ -5,7 +5,7 @@ and writes `metrics()` into that iteration's line. The phases are disjoint wall-
 spans measured with `time.perf_counter` on the host:
 
   env         pool.reset / pool.step (environment stepping)
-  prompt      prompt building and tokenisation (rollout.build_prompt)
+  prompt      prompt building and tokenisation (prompts.build_prompt)
   sample      the sampler: dispatch and the wait for its tokens (prefill and decode run in
               one jitted call, so they are not split here; benchmarks/iteration.py times a
               prefill alone on the same prompts)

@@ -18,29 +18,31 @@ from csa_jax import rollout as rollout_lib
 from csa_jax import sampling
 from csa_jax.config import ExperimentConfig
 from csa_jax.model import Decoder, hf
+from csa_jax.prompts import PromptFormat
 from csa_jax.setup_checks import SetupError
 from csa_jax.tokenizer import Tokenizer
 
 
 class BuiltPolicy(NamedTuple):
   tok: Tokenizer
-  fmt: rollout_lib.PromptFormat
+  fmt: PromptFormat
   graphdef: Any
   params: Any  # freshly initialised (or the checkpoint's): what a restore fills
 
 
 def build_policy(cfg: ExperimentConfig, mesh,
-                 tokenizer: Callable[[rollout_lib.PromptFormat], Tokenizer]) -> BuiltPolicy:
+                 tokenizer: Callable[[PromptFormat], Tokenizer] | None = None
+                 ) -> BuiltPolicy:
   """The run's policy as `cfg` describes it, its parameters placed on `mesh` by the
   training rules.
 
   With `model_path`: that Hugging Face checkpoint's weights and tokenizer, prompts in its
   chat template where it has one, and the model's remat, scan and LoRA settings (adapters
-  drawn from the seed over the frozen base). Else a decoder of `model`'s shape initialised
-  from the seed, reading raw prompt text, with the run's own tokenizer: `tokenizer(fmt)`
-  (the trainer trains it on the demonstrations, or reads back the one it saved; the
-  post-training commands read the saved one). A checkpoint restores into what this
-  returns, so everything that shapes the parameter tree is decided here and only here.
+  drawn from the seed over the frozen base); `tokenizer` is not called. Else a decoder of
+  `model`'s shape initialised from the seed, reading raw prompt text, with the run's own
+  tokenizer: `tokenizer(fmt)` (the trainer trains it on the demonstrations, or reads back
+  the one it saved; the post-training commands read the saved one). A checkpoint restores
+  into what this returns, so everything that shapes the parameter tree is decided here.
   """
   if cfg.model_path:
     try:
@@ -51,12 +53,11 @@ def build_policy(cfg: ExperimentConfig, mesh,
                                       seed=cfg.seed)
     except (ValueError, FileNotFoundError) as e:  # HFCheckpointError, tokenizer files
       raise SetupError(f"model_path {cfg.model_path}: {str(e).splitlines()[0]}") from None
-    fmt = (rollout_lib.PromptFormat.chat(tok, cfg.rollout.action_format,
-                                         cfg.rollout.system_prompt) if tok.chat_template
-           else rollout_lib.PromptFormat(action_prefix=" ",
-                                         action_format=cfg.rollout.action_format))
+    fmt = (PromptFormat.chat(tok, cfg.rollout.action_format, cfg.rollout.system_prompt)
+           if tok.chat_template
+           else PromptFormat(action_prefix=" ", action_format=cfg.rollout.action_format))
   else:
-    fmt = rollout_lib.PromptFormat(action_format=cfg.rollout.action_format)
+    fmt = PromptFormat(action_format=cfg.rollout.action_format)
     tok = tokenizer(fmt)
     if tok.vocab_size > cfg.model.vocab_size:
       raise SetupError(f"tokenizer has {tok.vocab_size} tokens, model.vocab_size is "

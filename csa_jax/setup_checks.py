@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from csa_jax import distributed as dist
-from csa_jax import rollout as rollout_lib
+from csa_jax import prompts
 from csa_jax.config import ConfigError, ExperimentConfig
 from environments.registry import make_env
 
@@ -58,7 +58,7 @@ def check_processes(cfg: ExperimentConfig, algo) -> None:
                      f"cannot be shared by {p} processes: at least one each")
 
 
-def check_budgets(cfg: ExperimentConfig, tok, fmt: rollout_lib.PromptFormat, pool,
+def check_budgets(cfg: ExperimentConfig, tok, fmt: prompts.PromptFormat, pool,
                   records: list[dict] | None) -> None:
   """Refuses (SetupError) prompt and action budgets that cannot hold what the environment
   asks: the task line and the whole first action list of each demonstration (`records`;
@@ -73,7 +73,7 @@ def check_budgets(cfg: ExperimentConfig, tok, fmt: rollout_lib.PromptFormat, poo
     firsts = [(x.info.task, x.info.admissible_actions) for x in res
               if not x.info.error]
     actions = [a for a in pool.expert_action(slots) if a]
-  need = max((rollout_lib.prompt_budget_needed(tok, *f, fmt=fmt) for f in firsts),
+  need = max((prompts.prompt_budget_needed(tok, *f, fmt=fmt) for f in firsts),
              default=0)
   if r.max_prompt_tokens < need:
     raise SetupError(f"rollout.max_prompt_tokens={r.max_prompt_tokens} cannot hold the task "

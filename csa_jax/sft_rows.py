@@ -8,7 +8,7 @@ from __future__ import annotations
 import grain
 
 from csa_jax import data as data_lib
-from csa_jax import rollout as rollout_lib
+from csa_jax import prompts
 from csa_jax.config import ExperimentConfig, demos_dir
 from csa_jax.tokenizer import Tokenizer
 from environments import demos as demos_lib
@@ -31,13 +31,13 @@ def load_demos(cfg: ExperimentConfig) -> list[dict]:
 
 
 def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig,
-              fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> list[data_lib.Row]:
+              fmt: prompts.PromptFormat = prompts.PLAIN) -> list[data_lib.Row]:
   """Behaviour-cloning rows: every expert step, with the prompt the policy would see."""
   rows = []
   for rec in records:
     history: list[tuple[str, str]] = []
     for t, action in enumerate(rec["actions"]):
-      prompt = rollout_lib.encode_prompt(
+      prompt = prompts.encode_prompt(
           tok, rec["task"], history, rec["observations"][t], rec["admissible"][t],
           history_turns=cfg.rollout.history_turns, max_tokens=cfg.rollout.max_prompt_tokens,
           fmt=fmt)
@@ -48,13 +48,13 @@ def demo_rows(records, tok: Tokenizer, cfg: ExperimentConfig,
 
 
 def action_target(tok: Tokenizer, action: str, cfg: ExperimentConfig,
-                  fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> list[int]:
+                  fmt: prompts.PromptFormat = prompts.PLAIN) -> list[int]:
   """The token ids the policy writes for `action`: its answer text, cut to the action
   budget, then the end token that stops the sampler."""
   return tok.encode(fmt.answer_text(action))[: cfg.rollout.max_action_tokens - 1] + [tok.eos_id]
 
 
-def demo_corpus(records, fmt: rollout_lib.PromptFormat = rollout_lib.PLAIN) -> list[str]:
+def demo_corpus(records, fmt: prompts.PromptFormat = prompts.PLAIN) -> list[str]:
   """The text a tokenizer is trained on: everything a prompt or an action can hold."""
   texts = []
   for rec in records:

@@ -153,7 +153,7 @@ class Tokenizer:
     """Token ids of the rendered chat (no special tokens added beyond the template's).
 
     As transformers, the whole rendered text is encoded with special spellings matched,
-    message contents included; prompts built by `rollout.PromptFormat.chat` match them in
+    message contents included; prompts built by `prompts.PromptFormat.chat` match them in
     the template's markup only.
     """
     return self.encode(self.render_chat(messages, add_generation_prompt=add_generation_prompt,

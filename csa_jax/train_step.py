@@ -85,7 +85,7 @@ def reference_params(params, dtype: str = ""):
   return jax.tree.map(lambda x: x.astype(dtype), params)
 
 
-def _logits(graphdef, params, batch: Batch) -> jax.Array:
+def action_logits(graphdef, params, batch: Batch) -> jax.Array:
   """Logits [N, A, V] at the positions that predict action tokens; for a packed batch
   (csa_jax/data.py, `segment_ids` present) at its act_idx slots of the flattened
   [S * L] sequences, [R, A, V] in row order: the same arrays as the rows unpacked."""
@@ -206,7 +206,7 @@ def make_sft_step(graphdef, tx, micro_batches: int = 1
 
   def loss_fn(params, batch, ref_params):
     del ref_params
-    logp_NxA = token_logprobs(_logits(graphdef, params, batch), batch["targets"])
+    logp_NxA = token_logprobs(action_logits(graphdef, params, batch), batch["targets"])
     mask = batch["loss_mask"]
     nll = -(logp_NxA * mask).sum() / jnp.maximum(mask.sum(), 1.0)
     return nll, {"nll": nll}
@@ -226,7 +226,7 @@ def make_rl_loss(graphdef, algo: AlgoConfig, sampling_cfg: SamplingConfig):
   """
 
   def loss_fn(params, batch, ref_params):
-    logits_NxAxV = _logits(graphdef, params, batch)
+    logits_NxAxV = action_logits(graphdef, params, batch)
     logp_NxA = sampling_logprobs(logits_NxAxV, batch["targets"], sampling_cfg)
     mask = batch["loss_mask"]
     loss, metrics = losses.clipped_policy_loss(
@@ -239,7 +239,7 @@ def make_rl_loss(graphdef, algo: AlgoConfig, sampling_cfg: SamplingConfig):
       loss = loss - algo.entropy_coef * metrics["entropy"]
     if algo.kl_coef:
       ref_logp = jax.lax.stop_gradient(sampling_logprobs(
-          _logits(graphdef, ref_params, batch), batch["targets"], sampling_cfg))
+          action_logits(graphdef, ref_params, batch), batch["targets"], sampling_cfg))
       kl = losses.kl_penalty(logp_NxA, ref_logp, mask, kind=algo.kl_kind, agg=algo.loss_agg)
       loss = loss + algo.kl_coef * kl
       metrics["kl_ref"] = kl

@@ -26,12 +26,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from csa_jax import algorithms
+from csa_jax import credit
 from csa_jax import data as data_lib
 from csa_jax import distributed as dist
 from csa_jax import groups
 from csa_jax import loggers
 from csa_jax import mesh as mesh_lib
-from csa_jax import metrics as metrics_lib
 from csa_jax import perf as perf_lib
 from csa_jax import provenance
 from csa_jax import rollout as rollout_lib
@@ -264,7 +264,7 @@ class Trainer:
       m |= {"adv/mean": float(adv_BxGxT[act].mean()), "adv/std": float(adv_BxGxT[act].std()),
             "adv/abs_max": float(np.abs(adv_BxGxT[act]).max()),
             "adv/zero_frac": float((adv_BxGxT[act] == 0).mean())}
-      m |= metrics_lib.credit_accuracy(adv_BxGxT, oracle, act)
+      m |= credit.credit_accuracy(adv_BxGxT, oracle, act)
     if prep.skip:
       return state, m | {"perf/update_skipped": 1.0}
     skipped = 0

@@ -88,8 +88,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from csa_jax.config import (AlgoConfig, EnvConfig, EvalConfig, ExperimentConfig, IStarConfig,
-                            OptimConfig, RolloutConfig, SFTConfig, SPAConfig)
+from csa_jax.algo_config import IStarConfig, SPAConfig
+from csa_jax.config import (AlgoConfig, EnvConfig, EvalConfig, ExperimentConfig, OptimConfig,
+                            RolloutConfig, SFTConfig)
 from csa_jax.model.config import LoRAConfig, preset
 from experiments.variants import register_family
 

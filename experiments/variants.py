@@ -3,7 +3,8 @@
 `register_family("alfworld", base)` registers alfworld_grpo, alfworld_csa, ... so every
 environment gets the same baselines with the same budget (proposal, "Baselines"):
 GRPO, Dr.GRPO, RLOO, GiGPO, DAPO, CSA-GRPO, CSA-DAPO and CSA's lambda ablations, and the
-model-based baselines iStar, SPA-RL and multi-turn DPO (csa_jax/algorithms/).
+model-based baselines iStar, SPA-RL and multi-turn DPO (csa_jax/algorithms/). A variant sets
+only what differs from the config's defaults (csa_jax/config.py: lam 0.5, ...).
 """
 
 from __future__ import annotations
@@ -27,20 +28,25 @@ VARIANTS: dict[str, dict] = {
     "rloo": GRPO | dict(estimator="rloo"),
     "gigpo": GRPO | dict(estimator="gigpo"),
     "dapo": DAPO,
-    "csa": GRPO | dict(estimator="csa", lam=0.5),
-    "csa_dapo": DAPO | dict(estimator="csa", lam=0.5),
+    "csa": GRPO | dict(estimator="csa"),
+    "csa_dapo": DAPO | dict(estimator="csa"),
     # CSA whose step term compares steps taken in the same anchor state (GiGPO's step
-    # groups), not at the same step index: csa_jax/advantages.py, csa_state_advantages.
-    "csa_state": GRPO | dict(estimator="csa_state", lam=0.5),
+    # groups), not at the same step index: csa_jax/estimators/csa.py, csa_state_advantages.
+    "csa_state": GRPO | dict(estimator="csa_state"),
     # CSA whose step term leaves out the actions the environment rejected
-    # (reports/invalid_credit): csa_jax/advantages.py, csa_valid_advantages.
-    "csa_valid": GRPO | dict(estimator="csa_valid", lam=0.5),
+    # (reports/invalid_credit): csa_jax/estimators/csa.py, csa_valid_advantages.
+    "csa_valid": GRPO | dict(estimator="csa_valid"),
+    # CSA's step term on the decisive step only (the first: KeyDoor's key room), or on the
+    # routine steps only: the mechanism of CSA's short-horizon gain (csa_jax/estimators/csa.py,
+    # csa_decisive_advantages). The first step is named here, not left to the default.
+    "csa_t0": GRPO | dict(estimator="csa_decisive", decisive_steps=(0,)),
+    "csa_routine": GRPO | dict(estimator="csa_routine", decisive_steps=(0,)),
     "csa_lam0": GRPO | dict(estimator="csa", lam=0.0),
     "csa_lam1": GRPO | dict(estimator="csa", lam=1.0),
-    "csa_gigpo": GRPO | dict(estimator="csa_gigpo", lam=0.5),
-    # The ablation behind the defaults (docs/methods.md, "What makes RL learn here"): GRPO as the
-    # trainer ran it before, with no KL anchor, no invalid-action penalty and every agent
-    # step weighted alike.
+    "csa_gigpo": GRPO | dict(estimator="csa_gigpo"),
+    # The ablation behind the defaults (docs/methods.md, "What makes RL learn here"): GRPO
+    # as the trainer ran it before, with no KL anchor, no invalid-action penalty and every
+    # agent step weighted alike.
     "grpo_unanchored": GRPO | dict(kl_coef=0.0, invalid_penalty=0.0, row_weight="step"),
     # The model-based baselines (csa_jax/algorithms/), on GRPO's update and defaults.
     # iStar: an implicit PRM; its episode term is RLOO (`estimator` only names it in logs).

@@ -16,9 +16,10 @@ model shape, prompts and reward shaping (invalid-action penalty) are the run's o
 (config.json), so advantages are the ones its training would have computed. Tasks are drawn
 from the training split, as the trainer draws them. Labels are only read here, never trained on.
 
-Estimators (`csa_jax.advantages` registry, through `algorithms.estimator.compute_advantages`): grpo, rloo,
-dr_grpo, csa at lambda 0.25 / 0.5 / 1, csa_step (CSA's step term A_S alone), gigpo,
-gigpo_step (GiGPO's step term alone) and csa_gigpo. Metrics and bootstrap: `csa_jax.credit`.
+Estimators (`studies.credit_table.ESTIMATORS`: registered estimators of `csa_jax.estimators`,
+through `algorithms.estimator.compute_advantages`): grpo, rloo, dr_grpo, csa at lambda 0.25 /
+0.5 / 1, csa_step (CSA's step term A_S alone), gigpo, gigpo_step (GiGPO's step term alone)
+and csa_gigpo. Metrics and bootstrap: `csa_jax.credit`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import time
 import numpy as np
 
 from studies.credit_table import (COLUMNS, ENV_FAMILIES, ESTIMATORS, LABEL_MEANING,  # noqa: F401
-                                    read_csv, write_csv)
+                                    STEP_TERM, read_csv, write_csv)
 
 
 # -- loading a policy ---------------------------------------------------------------------
@@ -69,7 +70,7 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
 
   from csa_jax import groups as groups_lib
   from csa_jax import policy as policy_lib
-  from csa_jax import rollout as rollout_lib
+  from csa_jax import prompts
   from environments.pool import EnvPool
 
   cfg, tok, graphdef, params, desc, mesh = load_run(run_dir, which)
@@ -90,7 +91,7 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
   t0 = time.perf_counter()
   with EnvPool(cfg.env.name, dict(cfg.env.kwargs), rcfg.num_envs, backend=cfg.env.pool_backend,
                step_timeout_s=rcfg.step_timeout_s) as pool:
-    batch, _ = groups_lib.collect(pool, policy, tok, cfg, rng, fmt=rollout_lib.PLAIN)
+    batch, _ = groups_lib.collect(pool, policy, tok, cfg, rng, fmt=prompts.PLAIN)
   seconds = time.perf_counter() - t0
   arrays = batch.arrays
   idx = np.asarray([grp[0].task[1] for grp in batch.groups])
@@ -119,7 +120,7 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
 
 
 def load_arrays(out_dir: str):
-  from csa_jax.rollout import GroupArrays
+  from csa_jax.groups import GroupArrays
 
   with np.load(os.path.join(out_dir, "rollouts.npz")) as z:
     arrays = GroupArrays(**{f.name: z[f.name] for f in dataclasses.fields(GroupArrays)})
@@ -134,32 +135,22 @@ def subsample(arrays, g: int):
       f.name: getattr(arrays, f.name)[:, :g] for f in dataclasses.fields(arrays)})
 
 
-def estimator_advantages(arrays, algo_dict: dict, rollout_dict: dict) -> dict[str, np.ndarray]:
-  """Every study estimator's adv_BxGxT on the same arrays, with the run's reward shaping."""
-  import jax.numpy as jnp
-
-  from csa_jax import advantages as adv_lib
+def estimator_advantages(arrays, algo_dict: dict, rollout_dict: dict,
+                         columns: dict = ESTIMATORS) -> dict[str, np.ndarray]:
+  """Every study column's adv_BxGxT on the same arrays, with the run's reward shaping
+  (`columns` as `credit_table.ESTIMATORS`)."""
   from csa_jax.algorithms import estimator as estimator_lib
   from csa_jax.config import AlgoConfig, RolloutConfig, from_dict
+  from csa_jax.estimators import get_estimator
 
   algo = from_dict(AlgoConfig, algo_dict, source="meta.json")
   rollout = from_dict(RolloutConfig, rollout_dict, source="meta.json")
-  rewards, step_rewards = estimator_lib.shaped_rewards(arrays, algo, rollout)
-  mask = arrays.mask_BxGxT
   out = {}
-  for name, (est, hp) in ESTIMATORS.items():
-    if est == "csa_step":
-      _, a_s = adv_lib.csa_components(jnp.asarray(rewards), jnp.asarray(arrays.logp_BxGxT),
-                                      jnp.asarray(mask), eps=algo.eps)
-      out[name] = np.where(mask, np.asarray(a_s), 0.0)
-    elif est == "gigpo_step":
-      _, a_s, _ = adv_lib.gigpo_components(jnp.asarray(step_rewards), jnp.asarray(mask),
-                                        jnp.asarray(arrays.state_id_BxGxT), gamma=algo.gamma,
-                                        std_normalize=algo.std_normalize, eps=algo.eps)
-      out[name] = np.where(mask, np.asarray(a_s), 0.0)
-    else:
-      a = dataclasses.replace(algo, estimator=est, **hp)
-      out[name] = estimator_lib.compute_advantages(arrays, a, rollout)
+  for name, (est_name, part, knobs) in columns.items():
+    est = get_estimator(est_name)
+    est = est.step_term if part == STEP_TERM else est
+    a = dataclasses.replace(algo, estimator=est_name, **knobs)
+    out[name] = estimator_lib.compute_advantages(arrays, a, rollout, est)
   return out
 
 

@@ -1,22 +1,26 @@
 """What the credit study (studies/credit.py) and its report (studies/credit_report.py) share:
-the estimators it compares, the environments it knows and what their oracle labels mean,
-and its results.csv format."""
+its columns (which registered estimators it compares, at which knobs), the environments it
+knows and what their oracle labels mean, and its results.csv format."""
 
 from __future__ import annotations
 
 import csv
 
-ESTIMATORS = {  # study name -> (registered estimator, hparams over the run's algo config)
-    "grpo": ("grpo", {}),
-    "rloo": ("rloo", {}),
-    "dr_grpo": ("dr_grpo", {}),
-    "csa_lam0.25": ("csa", {"lam": 0.25}),
-    "csa_lam0.5": ("csa", {"lam": 0.5}),
-    "csa_lam1": ("csa", {"lam": 1.0}),
-    "csa_step": ("csa_step", {}),
-    "gigpo": ("gigpo", {}),
-    "gigpo_step": ("gigpo_step", {}),
-    "csa_gigpo": ("csa_gigpo", {"lam": 0.5}),
+# A study column is a registered estimator (csa_jax/estimators/), whole (ADVANTAGE) or its
+# step term alone (STEP_TERM), at the run's own knobs (algo config) with those given here
+# set over them. Nothing is defined here: each column reads the registry.
+ADVANTAGE, STEP_TERM = "advantage", "step term"
+ESTIMATORS = {  # study column -> (registered estimator, part, knobs over the run's config)
+    "grpo": ("grpo", ADVANTAGE, {}),
+    "rloo": ("rloo", ADVANTAGE, {}),
+    "dr_grpo": ("dr_grpo", ADVANTAGE, {}),
+    "csa_lam0.25": ("csa", ADVANTAGE, {"lam": 0.25}),
+    "csa_lam0.5": ("csa", ADVANTAGE, {"lam": 0.5}),
+    "csa_lam1": ("csa", ADVANTAGE, {"lam": 1.0}),
+    "csa_step": ("csa", STEP_TERM, {}),
+    "gigpo": ("gigpo", ADVANTAGE, {}),
+    "gigpo_step": ("gigpo", STEP_TERM, {}),
+    "csa_gigpo": ("csa_gigpo", ADVANTAGE, {"lam": 0.5}),
 }
 ENV_FAMILIES = {"alfworld": "alfworld", "coin_doors": "twx", "twx_coin": "twx",
                 "quickstart_coin": "twx", "scienceworld": "scienceworld",

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from csa_jax import prompts
 from csa_jax import rollout as rollout_lib
 from csa_jax.policy import SamplerPolicy
 from environments.pool import EnvPool
@@ -44,7 +45,7 @@ def main(argv=None) -> None:
   policy = SamplerPolicy(graphdef, lambda: p_rl, tok, cfg, greedy=False,
                          key=jax.random.key(args.seed))
   tasks = [("train", 500 + i) for i in range(args.tasks) for _ in range(2)]
-  fmt = rollout_lib.PromptFormat(action_format=cfg.rollout.action_format)
+  fmt = prompts.PromptFormat(action_format=cfg.rollout.action_format)
   with EnvPool(cfg.env.name, dict(cfg.env.kwargs), min(len(tasks), cfg.rollout.num_envs)) as pool:
     trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, cfg.rollout,
                                      np.random.default_rng(0), fmt=fmt)

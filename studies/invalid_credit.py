@@ -7,42 +7,28 @@ fraction with a positive advantage, in failed and in won episodes
 
 writes reports/NAME/invalid_steps.csv and prints the table. The estimators are the credit
 study's (`studies.credit_table.ESTIMATORS`) with the run's own reward shaping, plus
-csa_state at lambda 0.5 and its step term alone (csa_state_step).
+csa_state at lambda 0.5 and its step term alone (csa_state_step, `STATE_COLUMNS`).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import os
 import sys
 
 import numpy as np
+
+from studies.credit_table import ADVANTAGE, STEP_TERM
 
 FIELDS = ("n", "mean", "pos")
 RESAMPLES = 2000
 PARTS = ("failed", "won", "all")
 
 
-def state_terms(arrays, algo_dict: dict, rollout_dict: dict) -> dict[str, np.ndarray]:
-  """csa_state's total advantage (lambda 0.5) and its step term on the collected arrays."""
-  import jax.numpy as jnp
-
-  from csa_jax import advantages as adv_lib
-  from csa_jax.algorithms import estimator as estimator_lib
-  from csa_jax.config import AlgoConfig, RolloutConfig, from_dict
-
-  algo = from_dict(AlgoConfig, algo_dict, source="meta.json")
-  rollout = from_dict(RolloutConfig, rollout_dict, source="meta.json")
-  rewards, _ = estimator_lib.shaped_rewards(arrays, algo, rollout)
-  mask = arrays.mask_BxGxT
-  _, a_s = adv_lib.csa_state_components(jnp.asarray(rewards), jnp.asarray(arrays.logp_BxGxT),
-                                        jnp.asarray(mask), jnp.asarray(arrays.state_id_BxGxT),
-                                        eps=algo.eps)
-  total = estimator_lib.compute_advantages(
-      arrays, dataclasses.replace(algo, estimator="csa_state", lam=0.5), rollout)
-  return {"csa_state": np.asarray(total), "csa_state_step": np.where(mask, np.asarray(a_s), 0.0)}
+# Beside the credit study's columns (studies/credit_table.py, the same form).
+STATE_COLUMNS = {"csa_state": ("csa_state", ADVANTAGE, {"lam": 0.5}),
+                 "csa_state_step": ("csa_state", STEP_TERM, {})}
 
 
 def rows_for(out_dir: str) -> list[dict]:
@@ -51,7 +37,7 @@ def rows_for(out_dir: str) -> list[dict]:
 
   arrays, meta = load_arrays(out_dir)
   advs = estimator_advantages(arrays, meta["algo"], meta["rollout"])
-  advs.update(state_terms(arrays, meta["algo"], meta["rollout"]))
+  advs.update(estimator_advantages(arrays, meta["algo"], meta["rollout"], STATE_COLUMNS))
   won = arrays.rewards_BxG > 0
   label = os.path.basename(os.path.normpath(out_dir))
   sel = arrays.mask_BxGxT & arrays.invalid_BxGxT

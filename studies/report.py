@@ -315,8 +315,10 @@ RESULTS_TEXT = (
      "test's p over the (seed, task) pairs that differ, and their count (won:lost)."),
     ("", "Credit Spearman: rank correlation of the step advantages with the oracle step "
      "labels, averaged over a run's iterations."),
-    ("decisive AUC", "Decisive AUC: per iteration the AUC of the advantages of the steps "
-     "whose oracle label is +1 against those labelled -1, averaged over a run's iterations."),
+    ("decisive AUC", "Decisive AUC (`csa_jax.credit.decisive_auc`): per iteration the AUC "
+     "of the advantages of the steps labelled > 0 against those labelled < 0, steps labelled "
+     "0 (routine) left out, averaged over a run's iterations; not the credit study's "
+     "progress AUC (label > 0 against <= 0)."),
     ("length (training)", "Length (training): the training rollouts' mean episode length, "
      "averaged over the iterations."),
     ("", "s / iter: rollout + advantages + update, evaluations excluded; adv share: the "

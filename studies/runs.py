@@ -23,8 +23,8 @@ from studies.stats import DIFF, NAN, finite_mean, mean_ci, sign_test_p, wilson
 # iStar, SPA-RL, multi-turn DPO), then CSA, its combinations
 # and its lambda ablations; methods not listed follow alphabetically.
 METHOD_ORDER = ("grpo", "dr_grpo", "rloo", "dapo", "gigpo", "istar", "spa", "spa_bonus",
-                "mtdpo", "csa", "csa_state", "csa_valid", "csa_dapo", "csa_gigpo", "csa_lam0",
-                "csa_lam1")
+                "mtdpo", "csa", "csa_state", "csa_valid", "csa_t0", "csa_routine", "csa_dapo",
+                "csa_gigpo", "csa_lam0", "csa_lam1")
 SFT = "sft"
 SAMPLED, GREEDY = "eval_sampled", "eval"  # the evaluations' metric prefixes and policies
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")

@@ -16,14 +16,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from csa_jax import distributed as dist  # noqa: E402
-from csa_jax.rollout import Step, Trajectory  # noqa: E402
-
-
-def episode(won: bool, n: int, invalid: int) -> Trajectory:
-  steps = [Step(prompt_ids=[1], action_ids=[2], action_logps=[0.0], action="a",
-                observation="o", reward=0.0, anchor_id=0, valid=t >= invalid,
-                oracle_label=None, actions_dropped=t % 2) for t in range(n)]
-  return Trajectory(task=("train", 0), steps=steps, won=won)
+from tests.factories import episode, step  # noqa: E402
 
 
 def main() -> int:
@@ -31,7 +24,8 @@ def main() -> int:
   mesh = mesh_lib.make_mesh("4x2")
   rng = np.random.default_rng(k)
   mine = rng.normal(size=3 + k)  # float64, of a different length in each process
-  trajs = [episode(won=(i + k) % 2 == 0, n=2 + i + k, invalid=k) for i in range(2 + k)]
+  trajs = [episode([step(valid=t >= k, actions_dropped=t % 2) for t in range(2 + i + k)],
+                   won=(i + k) % 2 == 0) for i in range(2 + k)]
   batch = {"x": np.arange(8 * 3, dtype=np.int32).reshape(8, 3)}
   whole = dist.to_device(batch, mesh, whole=True)
   summed = jax.jit(lambda x: x.sum(0), out_shardings=mesh_lib.replicated(mesh))(whole["x"])

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from csa_jax import rollout as R
+from csa_jax.groups import GroupArrays
 from csa_jax.config import AlgoConfig, RolloutConfig
 from csa_jax.algorithms.estimator import compute_advantages, shaped_rewards
 
@@ -21,11 +21,11 @@ def _arrays():
   for g, row in enumerate(lens):
     step_r[0, g, sum(l > 0 for l in row) - 1] = won[0, g]
   rng = np.random.default_rng(0)
-  return R.GroupArrays(won, rng.normal(size=(1, 3, 3)).astype(np.float32) * mask, mask,
-                       step_r, rng.integers(0, 2, (1, 3, 3)).astype(np.int32),
-                       np.full((1, 3, 3), np.nan, np.float32), act,
-                       np.array([[[True, False, False], [False, False, False],
-                                  [True, True, False]]]))
+  return GroupArrays(won, rng.normal(size=(1, 3, 3)).astype(np.float32) * mask, mask,
+                     step_r, rng.integers(0, 2, (1, 3, 3)).astype(np.int32),
+                     np.full((1, 3, 3), np.nan, np.float32), act,
+                     np.array([[[True, False, False], [False, False, False],
+                                [True, True, False]]]))
 
 
 def _penalty(length, max_len, cache):

@@ -1,5 +1,6 @@
-"""Tests for csa_jax/advantages.py against plain NumPy loops written here."""
+"""Tests for csa_jax/estimators/ against plain NumPy loops written here."""
 
+import inspect
 import math
 
 import hypothesis
@@ -8,13 +9,29 @@ import jax
 import numpy as np
 import pytest
 
-from csa_jax import advantages as adv_lib
 from csa_jax import dapo
+from csa_jax import estimators as est_lib
 
 ATOL = 1e-4
 RTOL = 1e-4
 TIE_RTOL = 1e-6  # the spec's "spread is 0" rules (module docstring)
 L_TIE_ATOL = 1e-5
+# The references' knob values: an estimator's knobs have no defaults (their home is the
+# config), so `run` gives each one a call leaves out this value.
+REF_KNOBS = dict(lam=0.5, gamma=0.95, w=1.0, eps=1e-6, ddof=1, std_normalize=True,
+                 decisive_steps=(0,))
+
+
+def run(fn, *args, **kw):
+  """fn(*args, **kw) with every knob of fn that the call leaves out at REF_KNOBS."""
+  params = inspect.signature(fn).parameters
+  return fn(*args, **{k: v for k, v in REF_KNOBS.items() if k in params and k not in kw}, **kw)
+
+
+def run_est(name, **kw):
+  """The registered estimator `name` on keyword arrays, knobs as in `run`."""
+  est = est_lib.get_estimator(name)
+  return est(**kw, **{k: REF_KNOBS[k] for k in est.hparams if k not in kw})
 
 
 # ----------------------------------------------------------------------------------
@@ -109,7 +126,7 @@ def test_episode_matches_reference(jit_mode, std_normalize, ddof):
   rewards[1] = 0.7  # all equal
   valid = rng.random((6, 5)) > 0.2
   valid[2] = [True, False, False, False, False]  # one real rollout
-  got = adv_lib.episode_advantages(rewards, valid_BxG=valid, std_normalize=std_normalize,
+  got = run(est_lib.episode_advantages, rewards, valid_BxG=valid, std_normalize=std_normalize,
                                    ddof=ddof)
   want = ref_episode(rewards, valid, ddof=ddof, std_normalize=std_normalize)
   np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL)
@@ -117,7 +134,7 @@ def test_episode_matches_reference(jit_mode, std_normalize, ddof):
 
 def test_grpo_binary_rewards_known_values():
   # 2 successes out of 4: mean 0.5, unbiased std sqrt(1/3).
-  got = adv_lib.episode_advantages(np.array([[1.0, 0.0, 0.0, 1.0]]), eps=0.0)
+  got = run(est_lib.episode_advantages, np.array([[1.0, 0.0, 0.0, 1.0]]), eps=0.0)
   # 0.5 / sqrt(1/3) = sqrt(3) / 2, to float32 rounding (a few ulps).
   np.testing.assert_allclose(got, np.sqrt(3) / 2 * np.array([[1, -1, -1, 1]]), rtol=1e-6)
 
@@ -128,7 +145,7 @@ def test_rloo_matches_leave_one_out(jit_mode):
   valid = rng.random((5, 6)) > 0.3
   valid[0] = False
   valid[0, 3] = True
-  got = adv_lib.rloo_advantages(rewards, valid_BxG=valid)
+  got = run(est_lib.rloo_advantages, rewards, valid_BxG=valid)
   np.testing.assert_allclose(got, ref_rloo(rewards, valid), atol=ATOL, rtol=RTOL)
 
 
@@ -140,7 +157,7 @@ def test_csa_matches_reference(jit_mode, lam, ddof):
   rewards = rng.integers(0, 2, size=(B, G)).astype(float) + 0.1 * rng.normal(size=(B, G))
   logp = -rng.gamma(2.0, 2.0, size=(B, G, T))
   logp[~mask] = np.nan  # padding content must never leak
-  got = adv_lib.csa_advantages(rewards, logp, mask, lam=lam, ddof=ddof)
+  got = run(est_lib.csa_advantages, rewards, logp, mask, lam=lam, ddof=ddof)
   want = ref_csa(rewards, logp, mask, lam=lam, ddof=ddof)
   np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL)
 
@@ -151,7 +168,7 @@ def test_csa_binary_rewards_matches_reference():
   mask = random_mask(rng, B, G, T, holes=False)
   rewards = rng.integers(0, 2, size=(B, G)).astype(float)
   logp = -rng.gamma(2.0, 2.0, size=(B, G, T))
-  got = adv_lib.csa_advantages(rewards, logp, mask)
+  got = run(est_lib.csa_advantages, rewards, logp, mask)
   np.testing.assert_allclose(got, ref_csa(rewards, logp, mask), atol=ATOL, rtol=RTOL)
 
 
@@ -168,7 +185,7 @@ def test_csa_degenerate_groups_are_finite_and_as_defined():
   logp[2] = -1.25  # all-equal log-probs: A_S == 0
   mask[3, 1:, :] = False  # one active rollout
   mask[0, 1:, 2] = False  # one active rollout at step 2 only
-  got = np.asarray(adv_lib.csa_advantages(rewards, logp, mask, lam=0.7))
+  got = np.asarray(run(est_lib.csa_advantages, rewards, logp, mask, lam=0.7))
   a_e = ref_episode(rewards, mask.any(-1))
   assert np.all(np.isfinite(got))
   np.testing.assert_array_equal(got[1], 0.0)  # all-equal rewards
@@ -183,9 +200,9 @@ def test_csa_finite_for_extreme_inputs(scale):
   rng = np.random.default_rng(5)
   rewards = scale * rng.normal(size=(3, 4))
   logp = scale * rng.normal(size=(3, 4, 5))
-  got = np.asarray(adv_lib.csa_advantages(rewards, logp, np.ones((3, 4, 5))))
+  got = np.asarray(run(est_lib.csa_advantages, rewards, logp, np.ones((3, 4, 5))))
   assert np.all(np.isfinite(got))
-  got = np.asarray(adv_lib.episode_advantages(rewards, std_normalize=False))
+  got = np.asarray(run(est_lib.episode_advantages, rewards, std_normalize=False))
   assert np.all(np.isfinite(got))
 
 
@@ -216,8 +233,8 @@ SETTINGS = hypothesis.settings(max_examples=40, deadline=None, derandomize=True)
 @hypothesis.given(csa_inputs())
 def test_lam0_is_exactly_grpo(inputs):
   rewards, logp, mask = inputs
-  got = np.asarray(adv_lib.csa_advantages(rewards, logp, mask, lam=0.0))
-  grpo = np.asarray(adv_lib.episode_advantages(rewards, valid_BxG=mask.any(-1)))
+  got = np.asarray(run(est_lib.csa_advantages, rewards, logp, mask, lam=0.0))
+  grpo = np.asarray(run(est_lib.episode_advantages, rewards, valid_BxG=mask.any(-1)))
   np.testing.assert_array_equal(got[mask], np.broadcast_to(grpo[..., None], mask.shape)[mask])
   np.testing.assert_array_equal(got[~mask], 0.0)
 
@@ -228,14 +245,14 @@ def test_padding_changes_no_real_entry(inputs):
   rewards, logp, mask = inputs
   pad_g, pad_t = 2, 3  # fixed: one more compile, not one per example
   B, G, T = mask.shape
-  base = np.asarray(adv_lib.csa_advantages(rewards, logp, mask))
+  base = np.asarray(run(est_lib.csa_advantages, rewards, logp, mask))
   big_mask = np.zeros((B, G + pad_g, T + pad_t), bool)
   big_mask[:, :G, :T] = mask
   big_logp = np.full(big_mask.shape, 123.0)  # arbitrary padding content
   big_logp[:, :G, :T] = logp
   big_rewards = np.full((B, G + pad_g), -7.0)
   big_rewards[:, :G] = rewards
-  got = np.asarray(adv_lib.csa_advantages(big_rewards, big_logp, big_mask))
+  got = np.asarray(run(est_lib.csa_advantages, big_rewards, big_logp, big_mask))
   np.testing.assert_allclose(got[:, :G, :T], base, atol=1e-5, rtol=1e-5)
   np.testing.assert_array_equal(got[~big_mask], 0.0)
 
@@ -245,21 +262,21 @@ def test_padding_changes_no_real_entry(inputs):
 def test_permuting_rollouts_permutes_output(inputs, seed):
   rewards, logp, mask = inputs
   perm = np.random.default_rng(seed).permutation(mask.shape[1])
-  base = np.asarray(adv_lib.csa_advantages(rewards, logp, mask))
-  got = np.asarray(adv_lib.csa_advantages(rewards[:, perm], logp[:, perm], mask[:, perm]))
+  base = np.asarray(run(est_lib.csa_advantages, rewards, logp, mask))
+  got = np.asarray(run(est_lib.csa_advantages, rewards[:, perm], logp[:, perm], mask[:, perm]))
   np.testing.assert_allclose(got, base[:, perm], atol=1e-5, rtol=1e-5)
 
 
 @SETTINGS
-@hypothesis.given(csa_inputs(), st.sampled_from(sorted(adv_lib.list_estimators())))
+@hypothesis.given(csa_inputs(), st.sampled_from(sorted(est_lib.list_estimators())))
 def test_every_estimator_masked_zero_and_finite(inputs, name):
   rewards, logp, mask = inputs
   step_rewards = np.zeros(mask.shape)
   step_rewards[..., -1] = rewards
   state_id = (np.abs(logp) * 2).astype(np.int32)  # few distinct states, many ties
   invalid = (np.abs(logp) * 10).astype(np.int32) % 3 == 0  # some rejected, padding too
-  got = np.asarray(adv_lib.get_estimator(name)(
-      rewards_BxG=rewards, logp_BxGxT=logp, mask_BxGxT=mask,
+  got = np.asarray(run_est(
+      name, rewards_BxG=rewards, logp_BxGxT=logp, mask_BxGxT=mask,
       step_rewards_BxGxT=step_rewards, state_id_BxGxT=state_id, invalid_BxGxT=invalid))
   assert got.shape == mask.shape
   assert np.all(np.isfinite(got))
@@ -270,7 +287,7 @@ def test_every_estimator_masked_zero_and_finite(inputs, name):
 @hypothesis.given(csa_inputs())
 def test_csa_matches_reference_on_grid(inputs):
   rewards, logp, mask = inputs
-  got = adv_lib.csa_advantages(rewards, logp, mask)
+  got = run(est_lib.csa_advantages, rewards, logp, mask)
   np.testing.assert_allclose(got, ref_csa(rewards, logp, mask), atol=ATOL, rtol=RTOL)
 
 
@@ -290,8 +307,8 @@ def test_sum_claim_holds_exactly_over_the_group():
   mask = random_mask(rng, B, G, T)
   rewards = rng.integers(0, 2, size=(B, G)).astype(float)
   logp = -rng.gamma(2.0, 2.0, size=(B, G, T))
-  a_e, _ = adv_lib.csa_components(rewards, logp, mask)
-  a = np.asarray(adv_lib.csa_advantages(rewards, logp, mask, lam=0.5), np.float64)
+  a_e, _ = run(est_lib.csa_components, rewards, logp, mask)
+  a = np.asarray(run(est_lib.csa_advantages, rewards, logp, mask, lam=0.5), np.float64)
   lengths = mask.sum(-1)
   # Summed in float64, the identity is exact but for each float32 entry's rounding: allow
   # one float32 ulp of the largest |A| per summed entry (measured: 2% of that, 7e-7).
@@ -302,9 +319,9 @@ def test_sum_claim_holds_exactly_over_the_group():
 
 def _sum_claim(logp, rewards, lam=0.5):
   mask = np.ones(logp.shape, bool)
-  a_e, _ = adv_lib.csa_components(rewards, logp, mask)
+  a_e, _ = run(est_lib.csa_components, rewards, logp, mask)
   a_e = np.asarray(a_e, np.float64)
-  total = np.asarray(adv_lib.csa_advantages(rewards, logp, mask, lam=lam), np.float64).sum(-1)
+  total = np.asarray(run(est_lib.csa_advantages, rewards, logp, mask, lam=lam), np.float64).sum(-1)
   target = logp.shape[-1] * a_e
   live = np.abs(a_e) > 0
   rel = np.linalg.norm((total - target)[live]) / np.linalg.norm(target[live])
@@ -354,8 +371,8 @@ def test_sum_claim_counterexample_sign_flip():
   rng = np.random.default_rng(8)
   logp = -1.0 - 0.1 * rng.random((1, G, T))
   logp[0, 1] = -6.0
-  a = np.asarray(adv_lib.csa_advantages(rewards, logp, np.ones((1, G, T)), lam=0.5))
-  a_e = np.asarray(adv_lib.episode_advantages(rewards))
+  a = np.asarray(run(est_lib.csa_advantages, rewards, logp, np.ones((1, G, T)), lam=0.5))
+  a_e = np.asarray(run(est_lib.episode_advantages, rewards))
   assert a_e[0, 1] < 0
   assert np.all(a[0, 1] > 0)
   assert a[0, 1].sum() > -T * a_e[0, 1]  # the total is positive, not a scaled A_E
@@ -383,33 +400,36 @@ def test_registry_uniform_signature_and_values():
       "rloo": ref_rloo(rewards, valid),
   }
   for name, ep in want.items():
-    got = adv_lib.get_estimator(name)(**kw)
+    got = run_est(name, **kw)
     np.testing.assert_allclose(got, np.where(mask, ep[..., None], 0.0), atol=ATOL)
-  got = adv_lib.get_estimator("csa")(**kw, lam=0.25, ddof=0)
+  got = run_est("csa", **kw, lam=0.25, ddof=0)
   np.testing.assert_allclose(got, ref_csa(rewards, logp, mask, lam=0.25, ddof=0),
                              atol=ATOL, rtol=RTOL)
   for name in ["grpo", "dr_grpo", "rloo", "csa"]:
-    assert name in adv_lib.list_estimators()
+    assert name in est_lib.list_estimators()
 
 
 def test_registry_errors():
   with pytest.raises(ValueError, match="known: .*csa.*grpo"):
-    adv_lib.get_estimator("ppo")
-  est = adv_lib.get_estimator("csa")
+    est_lib.get_estimator("ppo")
+  est = est_lib.get_estimator("csa")
   with pytest.raises(ValueError, match="unknown hparams \\['lamda'\\].*'lam'"):
     est(rewards_BxG=np.zeros((1, 2)), logp_BxGxT=np.zeros((1, 2, 3)),
         mask_BxGxT=np.ones((1, 2, 3)), lamda=0.1)
   with pytest.raises(ValueError, match="needs \\['logp_BxGxT'\\]"):
     est(rewards_BxG=np.zeros((1, 2)), mask_BxGxT=np.ones((1, 2, 3)))
+  with pytest.raises(ValueError, match="needs the knobs \\['eps', 'ddof'\\]"):
+    est(rewards_BxG=np.zeros((1, 2)), logp_BxGxT=np.zeros((1, 2, 3)),
+        mask_BxGxT=np.ones((1, 2, 3)), lam=0.5)
 
 
 def test_shape_errors():
   with pytest.raises(ValueError, match="rewards_BxG must have shape"):
-    adv_lib.episode_advantages(np.zeros(3))
+    run(est_lib.episode_advantages, np.zeros(3))
   with pytest.raises(ValueError, match="logp_BxGxT has shape"):
-    adv_lib.csa_advantages(np.zeros((1, 2)), np.zeros((1, 2, 4)), np.ones((1, 2, 3)))
+    run(est_lib.csa_advantages, np.zeros((1, 2)), np.zeros((1, 2, 4)), np.ones((1, 2, 3)))
   with pytest.raises(ValueError, match="ddof"):
-    adv_lib.episode_advantages(np.zeros((1, 3)), ddof=-1)
+    run(est_lib.episode_advantages, np.zeros((1, 3)), ddof=-1)
 
 
 # ----------------------------------------------------------------------------------
@@ -459,7 +479,7 @@ def gigpo_batch(seed, B=4, G=5, T=8, n_states=4):
 @pytest.mark.parametrize("std_normalize,ddof", [(True, 1), (False, 1), (True, 0)])
 def test_gigpo_matches_reference(jit_mode, std_normalize, ddof):
   step_rewards, mask, state_id = gigpo_batch(10)
-  got = adv_lib.gigpo_advantages(step_rewards, mask, state_id, gamma=0.9, w=0.7,
+  got = run(est_lib.gigpo_advantages, step_rewards, mask, state_id, gamma=0.9, w=0.7,
                                  std_normalize=std_normalize, ddof=ddof)
   want = ref_gigpo(step_rewards, mask, state_id, gamma=0.9, w=0.7,
                    std_normalize=std_normalize, ddof=ddof)
@@ -471,7 +491,7 @@ def test_gigpo_hand_example():
   mask = np.ones((1, 2, 2), bool)
   state_id = np.array([[[7, 1], [3, 7]]], np.int32)
   step_rewards = np.array([[[0.0, 1.0], [0.0, 0.0]]])
-  a_e, a_s, size = adv_lib.gigpo_components(step_rewards, mask, state_id, gamma=0.5)
+  a_e, a_s, size = run(est_lib.gigpo_components, step_rewards, mask, state_id, gamma=0.5)
   # Episode returns 1, 0 -> A_E = +-0.5 / (std + eps), std = sqrt(1/2) (ddof 1). State 7:
   # returns 0.5 (i=0, t=0) and 0 -> +-0.25 / (sqrt(1/8) + eps). Exact up to float32
   # rounding, eps (1e-6) included: a 1e-4 tolerance would not see it.
@@ -487,15 +507,15 @@ def test_gigpo_hand_example():
 def test_gigpo_invariances(seed):
   pad = 2
   step_rewards, mask, state_id = gigpo_batch(seed, B=3, G=4, T=5, n_states=3)
-  base = np.asarray(adv_lib.gigpo_advantages(step_rewards, mask, state_id))
+  base = np.asarray(run(est_lib.gigpo_advantages, step_rewards, mask, state_id))
   rng = np.random.default_rng(seed)
   # Renaming states (any injective map) changes nothing.
   renamed = (state_id * 7919 + 12345).astype(np.int32)
-  np.testing.assert_allclose(adv_lib.gigpo_advantages(step_rewards, mask, renamed), base,
+  np.testing.assert_allclose(run(est_lib.gigpo_advantages, step_rewards, mask, renamed), base,
                              atol=1e-5, rtol=1e-5)
   # Permuting rollouts permutes the output.
   perm = rng.permutation(4)
-  got = adv_lib.gigpo_advantages(step_rewards[:, perm], mask[:, perm], state_id[:, perm])
+  got = run(est_lib.gigpo_advantages, step_rewards[:, perm], mask[:, perm], state_id[:, perm])
   np.testing.assert_allclose(got, base[:, perm], atol=1e-5, rtol=1e-5)
   # Padded rollouts and steps (with colliding ids) change no real entry.
   shape = (3, 4 + pad, 5 + pad)
@@ -503,20 +523,20 @@ def test_gigpo_invariances(seed):
   for x, small in zip(big, (step_rewards, mask, state_id)):
     x[:, :4, :5] = small
   big[0][~big[1]] = 5.0
-  got = np.asarray(adv_lib.gigpo_advantages(*big))
+  got = np.asarray(run(est_lib.gigpo_advantages, *big))
   np.testing.assert_allclose(got[:, :4, :5], base, atol=1e-5, rtol=1e-5)
   np.testing.assert_array_equal(got[~big[1]], 0.0)
 
 
 def test_gigpo_state_id_must_be_integer():
   with pytest.raises(ValueError, match="state_id_BxGxT must hold integer ids"):
-    adv_lib.gigpo_advantages(np.zeros((1, 2, 3)), np.ones((1, 2, 3)), np.zeros((1, 2, 3)))
+    run(est_lib.gigpo_advantages, np.zeros((1, 2, 3)), np.ones((1, 2, 3)), np.zeros((1, 2, 3)))
 
 
 def test_csa_gigpo_is_both_terms():
   step_rewards, mask, state_id = gigpo_batch(11)
   logp = -np.random.default_rng(12).gamma(2.0, 2.0, size=mask.shape)
-  est = adv_lib.get_estimator("csa_gigpo")
+  est = lambda **kw: run_est("csa_gigpo", **kw)
   kw = dict(step_rewards_BxGxT=step_rewards, logp_BxGxT=logp, mask_BxGxT=mask,
             state_id_BxGxT=state_id, rewards_BxG=np.zeros(mask.shape[:2]))
   returns = np.where(mask, step_rewards, 0.0).sum(-1)
@@ -528,7 +548,7 @@ def test_csa_gigpo_is_both_terms():
   np.testing.assert_allclose(est(**kw, lam=0.0, gamma=0.9, w=0.5), gig, atol=ATOL)
   np.testing.assert_allclose(est(**kw, lam=0.3, w=0.0), csa, atol=ATOL, rtol=RTOL)
   np.testing.assert_allclose(
-      adv_lib.get_estimator("gigpo")(**kw, gamma=0.9, w=0.5), gig, atol=ATOL, rtol=RTOL)
+      run_est("gigpo", **kw, gamma=0.9, w=0.5), gig, atol=ATOL, rtol=RTOL)
 
 
 # ----------------------------------------------------------------------------------
@@ -544,7 +564,7 @@ def test_dynamic_sampling_keep(jit_mode):
   got = np.asarray(dapo.dynamic_sampling_keep(rewards, valid_BxG=valid))
   np.testing.assert_array_equal(got, [False, False, True, True, False])
   # Kept exactly where GRPO gives some non-zero advantage.
-  ep = np.asarray(adv_lib.episode_advantages(rewards, valid_BxG=valid))
+  ep = np.asarray(run(est_lib.episode_advantages, rewards, valid_BxG=valid))
   np.testing.assert_array_equal(got, np.any(ep != 0, axis=-1))
 
 
@@ -625,7 +645,7 @@ def test_csa_state_matches_reference(jit_mode, lam, ddof, n_states):
   rewards = rng.integers(0, 2, size=mask.shape[:2]).astype(float)
   logp = -rng.gamma(2.0, 2.0, size=mask.shape)
   logp[~mask] = np.nan  # padding content must never leak
-  got = adv_lib.csa_state_advantages(rewards, logp, mask, state_id, lam=lam, ddof=ddof)
+  got = run(est_lib.csa_state_advantages, rewards, logp, mask, state_id, lam=lam, ddof=ddof)
   want = ref_csa_state(rewards, logp, mask, state_id, lam=lam, ddof=ddof)
   np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL)
 
@@ -638,8 +658,8 @@ def test_csa_state_with_step_index_states_is_csa():
   rewards = rng.integers(0, 2, size=(B, G)).astype(float)
   logp = -rng.gamma(2.0, 2.0, size=(B, G, T))
   by_step = np.broadcast_to(np.arange(T, dtype=np.int32), (B, G, T))
-  got = adv_lib.csa_state_advantages(rewards, logp, mask, by_step, lam=0.7)
-  np.testing.assert_allclose(got, adv_lib.csa_advantages(rewards, logp, mask, lam=0.7),
+  got = run(est_lib.csa_state_advantages, rewards, logp, mask, by_step, lam=0.7)
+  np.testing.assert_allclose(got, run(est_lib.csa_advantages, rewards, logp, mask, lam=0.7),
                              atol=1e-5, rtol=1e-5)
 
 
@@ -650,7 +670,7 @@ def test_csa_state_hand_example():
   state_id = np.array([[[5, 1], [5, 2]]], np.int32)
   rewards = np.array([[1.0, 0.0]])
   logp = np.array([[[-0.5, -1.0], [-2.5, -3.0]]])
-  a_e, a_s = adv_lib.csa_state_components(rewards, logp, mask, state_id)
+  a_e, a_s = run(est_lib.csa_state_components, rewards, logp, mask, state_id)
   eps = 1e-6
   e = 0.5 / (np.sqrt(0.5) + eps)
   np.testing.assert_allclose(a_e, [[e, -e]], rtol=1e-6)
@@ -659,7 +679,7 @@ def test_csa_state_hand_example():
   np.testing.assert_array_equal(a_s, 0.0)
   # Three steps in state 5 (rollout 0 twice): dev = (-0.5, -1.0, -2.5) - (-4/3).
   state_id = np.array([[[5, 5], [5, 2]]], np.int32)
-  a_e, a_s = adv_lib.csa_state_components(rewards, logp, mask, state_id)
+  a_e, a_s = run(est_lib.csa_state_components, rewards, logp, mask, state_id)
   dev = np.array([-0.5, -1.0, -2.5]) + 4.0 / 3.0
   l = np.array([e, e, -e]) * dev
   want = (l - l.mean()) / (l.std(ddof=1) + eps)
@@ -674,27 +694,27 @@ def test_csa_state_lam0_is_grpo_and_invariances(seed):
   rng = np.random.default_rng(seed)
   rewards = rng.normal(size=mask.shape[:2])
   logp = -rng.gamma(2.0, 2.0, size=mask.shape)
-  grpo = adv_lib.get_estimator("grpo")(rewards_BxG=rewards, mask_BxGxT=mask)
-  got0 = adv_lib.csa_state_advantages(rewards, logp, mask, state_id, lam=0.0)
+  grpo = run_est("grpo", rewards_BxG=rewards, mask_BxGxT=mask)
+  got0 = run(est_lib.csa_state_advantages, rewards, logp, mask, state_id, lam=0.0)
   np.testing.assert_array_equal(np.asarray(got0), np.asarray(grpo))
-  base = np.asarray(adv_lib.csa_state_advantages(rewards, logp, mask, state_id))
+  base = np.asarray(run(est_lib.csa_state_advantages, rewards, logp, mask, state_id))
   renamed = (state_id * 7919 + 12345).astype(np.int32)
-  np.testing.assert_allclose(adv_lib.csa_state_advantages(rewards, logp, mask, renamed),
+  np.testing.assert_allclose(run(est_lib.csa_state_advantages, rewards, logp, mask, renamed),
                              base, atol=1e-5, rtol=1e-5)
   perm = rng.permutation(4)
-  got = adv_lib.csa_state_advantages(rewards[:, perm], logp[:, perm], mask[:, perm],
+  got = run(est_lib.csa_state_advantages, rewards[:, perm], logp[:, perm], mask[:, perm],
                                      state_id[:, perm])
   np.testing.assert_allclose(got, base[:, perm], atol=1e-5, rtol=1e-5)
 
 
 def test_csa_state_registered_with_the_uniform_signature():
-  est = adv_lib.get_estimator("csa_state")
+  est = est_lib.get_estimator("csa_state")
   assert est.requires == ("rewards_BxG", "logp_BxGxT", "mask_BxGxT", "state_id_BxGxT")
   _, mask, state_id = gigpo_batch(50)
   rng = np.random.default_rng(51)
   rewards, logp = rng.normal(size=mask.shape[:2]), -rng.gamma(2.0, 2.0, size=mask.shape)
-  got = est(rewards_BxG=rewards, logp_BxGxT=logp, mask_BxGxT=mask, state_id_BxGxT=state_id,
-            step_rewards_BxGxT=np.zeros(mask.shape), lam=0.25)
+  got = run_est("csa_state", rewards_BxG=rewards, logp_BxGxT=logp, mask_BxGxT=mask,
+                state_id_BxGxT=state_id, step_rewards_BxGxT=np.zeros(mask.shape), lam=0.25)
   np.testing.assert_allclose(got, ref_csa_state(rewards, logp, mask, state_id, lam=0.25),
                              atol=ATOL, rtol=RTOL)
 
@@ -703,15 +723,15 @@ def test_csa_state_registered_with_the_uniform_signature():
 # csa_valid: CSA's step term over the accepted actions only.
 
 
-def ref_csa_valid(rewards, logp, mask, invalid, lam=0.5, eps=1e-6, ddof=1):
+def ref_csa_where(rewards, logp, mask, keep, lam=0.5, eps=1e-6, ddof=1):
   """Loops: A_E over the rollouts with an active step; at each step t the comparison set
-  is the rollouts active at t whose action was accepted; a rejected step gets A_E alone."""
+  is the rollouts active at t where keep(b, i, t); every other active step gets A_E alone."""
   B, G, T = mask.shape
   a_e = ref_episode(rewards, mask.any(-1), eps, ddof)
   out = np.where(mask, a_e[..., None], 0.0)
   for b in range(B):
     for t in range(T):
-      act = [i for i in range(G) if mask[b, i, t] and not invalid[b, i, t]]
+      act = [i for i in range(G) if mask[b, i, t] and keep(b, i, t)]
       if not act:
         continue
       mean_lp = sum(logp[b, i, t] for i in act) / len(act)
@@ -720,6 +740,11 @@ def ref_csa_valid(rewards, logp, mask, invalid, lam=0.5, eps=1e-6, ddof=1):
       for i, s in zip(act, ref_standardize(ls, eps, ddof, atol=atol)):
         out[b, i, t] = a_e[b, i] + lam * s
   return out
+
+
+def ref_csa_valid(rewards, logp, mask, invalid, **knobs):
+  """csa_valid: the step term over the accepted actions only; a rejected step gets A_E."""
+  return ref_csa_where(rewards, logp, mask, lambda b, i, t: not invalid[b, i, t], **knobs)
 
 
 @pytest.mark.parametrize("lam,ddof", [(0.5, 1), (1.0, 0)])
@@ -732,7 +757,7 @@ def test_csa_valid_matches_reference_and_is_csa_without_rejections(jit_mode, lam
   logp = -rng.gamma(2.0, 2.0, size=mask.shape)
   invalid = rng.random(mask.shape) < 0.3
   invalid[0, 0] = mask[0, 0]  # a rollout whose every action was rejected still has its A_E
-  got = np.asarray(adv_lib.csa_valid_advantages(rewards, logp, mask, invalid, lam=lam,
+  got = np.asarray(run(est_lib.csa_valid_advantages, rewards, logp, mask, invalid, lam=lam,
                                                 ddof=ddof))
   np.testing.assert_allclose(got, ref_csa_valid(rewards, logp, mask, invalid, lam=lam,
                                                 ddof=ddof), atol=ATOL, rtol=RTOL)
@@ -740,12 +765,12 @@ def test_csa_valid_matches_reference_and_is_csa_without_rejections(jit_mode, lam
   sel = mask & invalid
   np.testing.assert_allclose(got[sel], np.broadcast_to(a_e[..., None], mask.shape)[sel],
                              atol=ATOL, rtol=RTOL)
-  none = np.asarray(adv_lib.csa_valid_advantages(rewards, logp, mask, np.zeros_like(mask),
+  none = np.asarray(run(est_lib.csa_valid_advantages, rewards, logp, mask, np.zeros_like(mask),
                                                  lam=lam, ddof=ddof))
   # No rejection: CSA's arithmetic, compiled as another program (XLA fuses the extra mask
   # differently: under jit a few values differ by 1-3 ulp at the advantages' unit scale,
   # none without jit).
-  np.testing.assert_allclose(none, np.asarray(adv_lib.csa_advantages(
+  np.testing.assert_allclose(none, np.asarray(run(est_lib.csa_advantages, 
       rewards, logp, mask, lam=lam, ddof=ddof)), rtol=1e-6, atol=1e-6)
 
 
@@ -754,7 +779,7 @@ def test_csa_valid_reaches_compute_advantages_with_the_rollouts_invalid_flags():
   invalid flags to an estimator that needs them."""
   from csa_jax.algorithms.estimator import compute_advantages
   from csa_jax.config import AlgoConfig, RolloutConfig
-  from csa_jax.rollout import GroupArrays
+  from csa_jax.groups import GroupArrays
   rng = np.random.default_rng(70)
   mask = random_mask(rng, 3, 4, 5, holes=False)
   invalid = (rng.random(mask.shape) < 0.3) & mask
@@ -770,4 +795,92 @@ def test_csa_valid_reaches_compute_advantages_with_the_rollouts_invalid_flags():
   want = ref_csa_valid(arrays.rewards_BxG.astype(float), arrays.logp_BxGxT.astype(float),
                        mask, invalid)
   np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL)
-  assert adv_lib.get_estimator("csa_valid").requires[-1] == "invalid_BxGxT"
+  assert est_lib.get_estimator("csa_valid").requires[-1] == "invalid_BxGxT"
+
+
+# ----------------------------------------------------------------------------------
+# csa_decisive / csa_routine: CSA's step term on chosen step indices, or on the others.
+
+
+def ref_csa_on_steps(rewards, logp, mask, steps, inside, **knobs):
+  """The step term at the step indices in `steps` (inside) or at all others (not inside);
+  A_E alone at every other step."""
+  return ref_csa_where(rewards, logp, mask, lambda b, i, t: (t in steps) == inside, **knobs)
+
+
+@pytest.mark.parametrize("steps", [(0,), (0, 3), (), (2, 40)])
+@pytest.mark.parametrize("lam,ddof", [(0.5, 1), (1.0, 0)])
+def test_csa_decisive_and_routine_match_reference(jit_mode, steps, lam, ddof):
+  """Catches the step term kept on the wrong steps (the index set inverted, a step index
+  read as a rollout index), a step left out of its own comparison set, or A_E taken over
+  the kept steps' rollouts only."""
+  rng = np.random.default_rng(80 + ddof)
+  mask = random_mask(rng, 4, 6, 7)
+  rewards = rng.integers(0, 2, size=mask.shape[:2]).astype(float)
+  logp = -rng.gamma(2.0, 2.0, size=mask.shape)
+  logp[~mask] = np.nan  # padding content must never leak
+  for fn, inside in ((est_lib.csa_decisive_advantages, True),
+                     (est_lib.csa_routine_advantages, False)):
+    got = np.asarray(fn(rewards, logp, mask, lam=lam, eps=1e-6, ddof=ddof,
+                        decisive_steps=steps))
+    want = ref_csa_on_steps(rewards, logp, mask, steps, inside, lam=lam, ddof=ddof)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL)
+
+
+def test_csa_decisive_and_routine_split_csas_step_term():
+  """Their step terms add up to CSA's (each step index is in one of the two sets), and each
+  is GRPO where its set is empty or holds every step."""
+  rng = np.random.default_rng(90)
+  mask = random_mask(rng, 3, 8, 6, holes=False)
+  rewards = rng.integers(0, 2, size=mask.shape[:2]).astype(float)
+  logp = -rng.gamma(2.0, 2.0, size=mask.shape)
+  knobs = dict(lam=0.5, eps=1e-6, ddof=1)
+  grpo = np.asarray(run_est("grpo", rewards_BxG=rewards, mask_BxGxT=mask))
+  csa = np.asarray(est_lib.csa_advantages(rewards, logp, mask, **knobs))
+  for steps in [(0,), (1, 4)]:
+    dec = np.asarray(est_lib.csa_decisive_advantages(rewards, logp, mask, **knobs,
+                                                     decisive_steps=steps))
+    rou = np.asarray(est_lib.csa_routine_advantages(rewards, logp, mask, **knobs,
+                                                    decisive_steps=steps))
+    np.testing.assert_allclose(dec + rou - grpo, csa, atol=1e-5, rtol=1e-5)
+    assert np.abs(dec - grpo).max() > 1e-3 and np.abs(rou - grpo).max() > 1e-3
+  every = tuple(range(6))
+  np.testing.assert_allclose(est_lib.csa_decisive_advantages(
+      rewards, logp, mask, **knobs, decisive_steps=()), grpo, atol=1e-6)
+  np.testing.assert_allclose(est_lib.csa_routine_advantages(
+      rewards, logp, mask, **knobs, decisive_steps=every), grpo, atol=1e-6)
+  np.testing.assert_allclose(est_lib.csa_routine_advantages(
+      rewards, logp, mask, **knobs, decisive_steps=()), csa, atol=1e-6)
+
+
+def test_csa_t0_and_csa_routine_experiments_select_the_decisive_step_of_keydoor():
+  """The horizon study's mechanism arms: keydoor_h4_csa_t0 keeps CSA's step term on the key
+  room (t = 0) alone, keydoor_h4_csa_routine on every later step."""
+  import experiments
+  t0 = experiments.get_experiment("keydoor_h4_csa_t0").algo
+  routine = experiments.get_experiment("keydoor_h4_csa_routine").algo
+  assert (t0.estimator, t0.decisive_steps) == ("csa_decisive", (0,))
+  assert (routine.estimator, routine.decisive_steps) == ("csa_routine", (0,))
+  assert t0.lam == routine.lam == experiments.get_experiment("keydoor_h4_csa").algo.lam
+
+
+# ----------------------------------------------------------------------------------
+# The registry's refusals, when an estimator registers.
+
+
+def test_registration_refuses_what_would_never_be_set_or_used():
+  """Catches a duplicate name, an input the trainer never passes, a knob that is no config
+  field (a typo would fall back to its default) and a knob with a default of its own (a
+  second home beside the config's); nothing refused is left in the registry."""
+  cases = [
+      ("csa", lambda rewards_BxG, mask_BxGxT: None, "registered twice"),
+      ("probe_input", lambda rewards_BxG, advantages_BxGxT: None,
+       r"unknown inputs \['advantages_BxGxT'\]"),
+      ("probe_args", lambda rewards_BxG, *arrays: None, r"\['arrays'\] are neither"),
+      ("probe_default", lambda rewards_BxG, *, lam=0.5: None, r"defaults to \['lam'\]"),
+  ]
+  for name, fn, match in cases:
+    with pytest.raises(ValueError, match=match):
+      est_lib.register(name)(fn)
+    assert name == "csa" or name not in est_lib.list_estimators()
+  assert est_lib.get_estimator("csa").fn is est_lib.csa_advantages

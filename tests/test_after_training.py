@@ -280,7 +280,7 @@ PROMPTED = ["--exp", "keydoor_h4_csa", "--prompted", "--set", "eval.num_episodes
 
 
 def test_prompted_baseline_is_written_as_a_runs_evaluation(small_model, capsys, tmp_path):
-  from studies import report  # pylint: disable=import-outside-toplevel
+  from studies import runs  # pylint: disable=import-outside-toplevel
   work = str(tmp_path / "prompted_seed0")
   argv = PROMPTED + ["--set", f"model_path={small_model}", "--workdir", work]
   out = _main_ok(capsys, *argv)
@@ -290,7 +290,7 @@ def test_prompted_baseline_is_written_as_a_runs_evaluation(small_model, capsys, 
   assert cfg["model"]["hidden_size"] == 256 and cfg["model_origin"]["gguf"]["sha256"]
   assert cfg["provenance"]["policy"].startswith("prompted")
   # A study reads it as it reads a run: its evaluation at step 0, episode by episode.
-  loaded = report.load_run("", "prompted_seed0", work)
+  loaded = runs.load_run("", "prompted_seed0", work)
   assert loaded.method == "prompted" and list(loaded.steps) == [0]
   for prefix in ("eval", "eval_sampled"):
     episodes = loaded.episodes[(prefix, 0)]
@@ -303,7 +303,7 @@ def test_prompted_baseline_is_written_as_a_runs_evaluation(small_model, capsys, 
   # Evaluated again: the same numbers (fixed sampler keys), written once, not twice.
   _main_ok(capsys, *argv)
   assert len(M.read_jsonl(os.path.join(work, "metrics.jsonl"))) == 1
-  assert report.load_run("", "prompted_seed0", work).steps == loaded.steps
+  assert runs.load_run("", "prompted_seed0", work).steps == loaded.steps
   assert len(M.read_jsonl(os.path.join(work, M.EPISODES_FILE))) == 6
 
 

@@ -16,12 +16,11 @@ from csa_jax import algorithms
 from csa_jax import data as data_lib
 from csa_jax import train_step as ts
 from csa_jax.algorithms import base, istar, mtdpo, spa
-from csa_jax.config import (AlgoConfig, ConfigError, ExperimentConfig, RolloutConfig,
-                            apply_overrides)
-from csa_jax.model import Decoder, ModelConfig
+from csa_jax.config import AlgoConfig, ConfigError, ExperimentConfig, apply_overrides
+from csa_jax.model import Decoder
 from csa_jax import groups
-from csa_jax.rollout import Step, Trajectory
 from csa_jax.sampling import SamplingConfig, sampling_logprobs
+from tests.factories import ACT, PROMPT, method_config, random_episodes
 
 
 def _sigmoid(x):
@@ -221,12 +220,12 @@ def test_spa_exploration_stops_at_its_share_of_the_step_budget(tmp_path):
   `prepare` reports those steps for the trainer's count; without a budget every task is
   explored."""
   def cfg_with(budget):
-    c = _cfg("spa", spa=dataclasses.replace(AlgoConfig().spa, explore_tasks=12, explore_k=2,
-                                            epochs=1, explore_share=0.25))
+    c = method_config("spa", spa=dataclasses.replace(AlgoConfig().spa, explore_tasks=12,
+                                                     explore_k=2, epochs=1, explore_share=0.25))
     return dataclasses.replace(c, rl_env_steps=budget)
 
   def play(tasks, key):
-    trajs = _trajs(cfg, rng, np.zeros(len(tasks)))
+    trajs = random_episodes(cfg, rng, np.zeros(len(tasks)))
     for tr in trajs:
       tr.steps = (tr.steps * 3)[:3]
     return trajs
@@ -238,7 +237,7 @@ def test_spa_exploration_stops_at_its_share_of_the_step_budget(tmp_path):
   episodes = algo.explore(ctx)
   assert len(episodes) == 2 * 6 and spa.explored_steps(episodes) == 36
   aux = algo.init_aux(cfg, params)
-  trajs = _trajs(cfg, rng, np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0]]))
+  trajs = random_episodes(cfg, rng, np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0]]))
   prep = algo.prepare(ctx, 0, groups.from_episodes(trajs, 3, 3), params, aux)
   assert prep.env_steps == 36 and prep.metrics["spa/explore_steps"] == 36
   cfg = cfg_with(0)
@@ -309,34 +308,6 @@ def test_pick_pairs_one_winner_one_loser_per_mixed_group():
 # ----------------------------------------------------------------------------------------
 # The packed-batch machinery on a tiny decoder.
 
-V, PROMPT, ACT = 48, 10, 4
-
-
-def _cfg(method, **algo):
-  model = ModelConfig.tiny(V, hidden_size=16, intermediate_size=32, num_layers=1,
-                           num_heads=2, num_kv_heads=1, head_dim=8, max_seq_len=32)
-  rollout = RolloutConfig(tasks_per_iter=3, group_size=3, max_turns=3,
-                          max_prompt_tokens=PROMPT + 2, max_action_tokens=ACT, num_envs=6)
-  return ExperimentConfig(model=model, rollout=rollout,
-                          algo=AlgoConfig(method=method, minibatch_size=8, kl_coef=0.0,
-                                          **algo))
-
-
-def _trajs(cfg, rng, won):
-  """B x G trajectories of 1..T steps with random tokens and sampling log-probs."""
-  out = []
-  for w in np.asarray(won).ravel():
-    steps = [Step(prompt_ids=rng.integers(2, V, PROMPT).tolist(),
-                  action_ids=rng.integers(2, V, rng.integers(1, ACT + 1)).tolist(),
-                  action_logps=[], action="a", observation="o", reward=0.0, anchor_id=0,
-                  valid=bool(rng.random() < 0.7), oracle_label=None)
-             for _ in range(rng.integers(1, cfg.rollout.max_turns + 1))]
-    for st in steps:
-      st.action_logps = (-rng.random(len(st.action_ids)) * 3).tolist()
-    out.append(Trajectory(task=("train", 0), steps=steps, won=bool(w)))
-  return out
-
-
 def _ctx(cfg, tmp_path=None, play=None):
   model = Decoder(cfg.model, rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
@@ -357,10 +328,10 @@ def test_istar_prepare_matches_row_by_row_and_takes_one_prm_step():
   """r from the packed PRM pass equals beta * (log pi_prm - log pi_old) row by row; the
   PRM step equals one AdamW step on the gradient of the mean pair loss over all rows at
   once (no packing); the advantages use r from before that step."""
-  cfg = _cfg("istar", istar=dataclasses.replace(AlgoConfig().istar, batch_rows=9))
+  cfg = method_config("istar", istar=dataclasses.replace(AlgoConfig().istar, batch_rows=9))
   rng = np.random.default_rng(6)
   won = np.array([[1, 0, 0], [1, 1, 1], [0, 1, 1]])
-  trajs = _trajs(cfg, rng, won)
+  trajs = random_episodes(cfg, rng, won)
   gb = groups.from_episodes(trajs, 3, 3)
   arrays = gb.arrays
   ctx, params = _ctx(cfg)
@@ -410,16 +381,16 @@ def _all_rows(trajs, group_size=3):
 
 
 def _logp_rows(ctx, params, batch):
-  lp = sampling_logprobs(ts._logits(ctx.graphdef, params, batch), batch["targets"],
+  lp = sampling_logprobs(ts.action_logits(ctx.graphdef, params, batch), batch["targets"],
                          ctx.sampling_cfg)
   return (lp * batch["loss_mask"]).sum(-1)
 
 
 def test_istar_without_pairs_takes_no_prm_step():
-  cfg = _cfg("istar")
+  cfg = method_config("istar")
   rng = np.random.default_rng(7)
   won = np.array([[1, 1, 1], [0, 0, 0], [1, 1, 1]])
-  trajs = _trajs(cfg, rng, won)
+  trajs = random_episodes(cfg, rng, won)
   ctx, params = _ctx(cfg)
   algo = istar.IStar()
   aux = algo.init_aux(cfg, params)
@@ -431,14 +402,15 @@ def test_istar_without_pairs_takes_no_prm_step():
 def test_spa_estimator_learns_and_progress_matches_row_by_row(tmp_path):
   """Exploration is played once and read back; training lowers the estimator's loss;
   the packed progress pass equals the head on each row's last hidden state."""
-  cfg = _cfg("spa", spa=dataclasses.replace(AlgoConfig().spa, explore_tasks=4, explore_k=2,
-                                            epochs=20, batch_rows=7, learning_rate=3e-3))
+  cfg = method_config("spa", spa=dataclasses.replace(AlgoConfig().spa, explore_tasks=4,
+                                                     explore_k=2, epochs=20, batch_rows=7,
+                                                     learning_rate=3e-3))
   rng = np.random.default_rng(8)
   calls = []
 
   def play(tasks, key):
     calls.append(len(tasks))
-    return _trajs(cfg, rng, [t[1] % 2 for t in tasks])  # odd tasks are won
+    return random_episodes(cfg, rng, [t[1] % 2 for t in tasks])  # odd tasks are won
 
   ctx, params = _ctx(cfg, tmp_path, play)
   algo = spa.SPA()
@@ -465,7 +437,7 @@ def test_spa_estimator_learns_and_progress_matches_row_by_row(tmp_path):
   assert float(loss(aux["estimator"].params)) == 0.5  # c = 0 at the start; half won
   assert float(loss(est.params)) < 0.1
 
-  trajs = _trajs(cfg, rng, np.zeros((3, 3)))
+  trajs = random_episodes(cfg, rng, np.zeros((3, 3)))
   c = algo.progress_BxGxT(ctx, est.params, groups.from_episodes(trajs, 3, 3))
   head = est.params["head"]
   last_hidden = jax.jit(lambda body, x: nnx.merge(ctx.graphdef, body).hidden_states(x)[0, -1])
@@ -480,13 +452,14 @@ def test_spa_estimator_learns_and_progress_matches_row_by_row(tmp_path):
 
 
 def test_spa_prepare_runs_setup_once(tmp_path):
-  cfg = _cfg("spa", spa=dataclasses.replace(AlgoConfig().spa, explore_tasks=2, explore_k=2,
-                                            epochs=1))
+  cfg = method_config("spa", spa=dataclasses.replace(AlgoConfig().spa, explore_tasks=2,
+                                                     explore_k=2, epochs=1))
   rng = np.random.default_rng(9)
-  ctx, params = _ctx(cfg, tmp_path, lambda tasks, key: _trajs(cfg, rng, np.ones(len(tasks))))
+  ctx, params = _ctx(cfg, tmp_path,
+                     lambda tasks, key: random_episodes(cfg, rng, np.ones(len(tasks))))
   algo = spa.SPA()
   aux = algo.init_aux(cfg, params)
-  trajs = _trajs(cfg, rng, np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0]]))
+  trajs = random_episodes(cfg, rng, np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0]]))
   gb = groups.from_episodes(trajs, 3, 3)
   arrays = gb.arrays
   prep = algo.prepare(ctx, 0, gb, params, aux)
@@ -498,10 +471,10 @@ def test_spa_prepare_runs_setup_once(tmp_path):
 
 
 def test_mdpo_step_raises_the_winners_margin():
-  cfg = _cfg("mtdpo")
+  cfg = method_config("mtdpo")
   rng = np.random.default_rng(10)
   won = np.array([[1, 0, 0], [1, 1, 1], [0, 1, 0]])
-  trajs = _trajs(cfg, rng, won)
+  trajs = random_episodes(cfg, rng, won)
   gb = groups.from_episodes(trajs, 3, 3)
   arrays = gb.arrays
   ctx, params = _ctx(cfg)
@@ -524,8 +497,8 @@ def test_mdpo_step_raises_the_winners_margin():
 
 
 def test_mdpo_without_pairs_skips():
-  cfg = _cfg("mtdpo")
-  trajs = _trajs(cfg, np.random.default_rng(11), np.zeros((3, 3)))
+  cfg = method_config("mtdpo")
+  trajs = random_episodes(cfg, np.random.default_rng(11), np.zeros((3, 3)))
   ctx, params = _ctx(cfg)
   prep = mtdpo.MultiTurnDPO().prepare(ctx, 0, groups.from_episodes(trajs, 3, 3), params, {})
   assert prep.skip and prep.metrics["mtdpo/pairs"] == 0

@@ -1,5 +1,5 @@
-"""Credit-accuracy metrics (csa_jax/credit.py) against SciPy and plain loops, and the study
-command (studies/credit.py) end to end on a tiny run."""
+"""Credit-accuracy metrics (csa_jax/credit.py) against SciPy and plain loops, the training
+log's credit metrics, and the study command (studies/credit.py) end to end on a tiny run."""
 
 import json
 import os
@@ -24,7 +24,8 @@ def test_ranks_and_spearman_match_scipy(levels):
   rng = np.random.default_rng(levels)
   for _ in range(20):
     a, b = _tied(rng, 200, levels), _tied(rng, 200, 4) + 0.3 * rng.normal(size=200).round(0)
-    np.testing.assert_allclose(credit.average_ranks(a), scipy.stats.rankdata(a), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(credit.average_ranks(a) + 1, scipy.stats.rankdata(a), rtol=0,
+                               atol=1e-12)
     np.testing.assert_allclose(credit.spearman(a, b), scipy.stats.spearmanr(a, b).statistic,
                                rtol=0, atol=1e-12)
 
@@ -46,6 +47,68 @@ def test_auc_matches_mann_whitney_and_pair_count():
     assert credit.auc(s, pos) == pytest.approx(expect, abs=1e-12)
     assert credit.auc(s, pos) == pytest.approx(pairs, abs=1e-12)
   assert np.isnan(credit.auc(np.arange(5.0), np.zeros(5, bool)))
+
+
+def _pair_auc(pos, neg):
+  return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+
+
+def test_decisive_and_progress_auc_rank_different_pairs():
+  """decisive_auc: label > 0 against < 0, zero labels left out; progress_auc: > 0 against
+  <= 0. Counted pair by pair (ties half); routine steps that score above the decisive
+  ones pull the progress AUC down and leave the decisive AUC alone."""
+  rng = np.random.default_rng(3)
+  adv = rng.normal(size=60).round(1)
+  label = rng.choice([-1.0, 0.0, 1.0], size=60)
+  assert credit.decisive_auc(adv, label) == pytest.approx(
+      _pair_auc(adv[label > 0], adv[label < 0]), abs=1e-12)
+  assert credit.progress_auc(adv, label) == pytest.approx(
+      _pair_auc(adv[label > 0], adv[label <= 0]), abs=1e-12)
+  label, adv = np.array([1.0, -1.0, 0.0, 0.0]), np.array([0.5, 0.0, 1.0, 1.0])
+  assert credit.decisive_auc(adv, label) == 1.0
+  assert credit.progress_auc(adv, label) == pytest.approx(1 / 3)
+  assert np.isnan(credit.decisive_auc(adv, np.array([1.0, 0.0, 0.0, 0.0])))
+
+
+def _spearman_reference(a, o):
+  """Spearman's rho by its definition with average ranks, with plain Python loops."""
+  def ranks(x):
+    out = []
+    for v in x:
+      less = sum(1 for w in x if w < v)
+      equal = sum(1 for w in x if w == v)
+      out.append(less + (equal - 1) / 2.0)
+    return np.array(out)
+  ra, ro = ranks(list(a)), ranks(list(o))
+  ra, ro = ra - ra.mean(), ro - ro.mean()
+  return float((ra * ro).sum() / np.sqrt((ra ** 2).sum() * (ro ** 2).sum()))
+
+
+def test_credit_accuracy_matches_reference_with_ties_and_masks():
+  """The training log's credit metrics over the labelled steps that exist: Spearman and
+  the decisive AUC by their definitions, masked steps and unlabelled ones left out."""
+  rng = np.random.default_rng(0)
+  adv = rng.normal(size=(3, 4, 6)).round(1)  # rounding makes ties
+  oracle = rng.choice([-1.0, 0.0, 1.0, np.nan], size=(3, 4, 6))
+  oracle[0, 0, :] = np.nan
+  mask = rng.random((3, 4, 6)) < 0.8
+  got = credit.credit_accuracy(adv, oracle, mask)
+  sel = mask & np.isfinite(oracle)
+  assert got["credit/labelled_steps"] == sel.sum()
+  assert got["credit/spearman"] == pytest.approx(_spearman_reference(adv[sel], oracle[sel]),
+                                                 abs=1e-12)
+  assert got["credit/decisive_auc"] == pytest.approx(
+      _pair_auc(adv[sel & (oracle > 0)], adv[sel & (oracle < 0)]), abs=1e-12)
+
+
+def test_credit_accuracy_nan_without_labels_or_spread():
+  adv = np.ones((1, 2, 3))
+  none = credit.credit_accuracy(adv, np.full((1, 2, 3), np.nan), np.ones((1, 2, 3)))
+  assert np.isnan(none["credit/spearman"]) and np.isnan(none["credit/decisive_auc"])
+  assert np.isnan(credit.credit_accuracy(adv, np.arange(6.).reshape(1, 2, 3),
+                                         np.ones((1, 2, 3)))["credit/spearman"])
+  assert np.isnan(credit.credit_accuracy(adv, np.zeros((1, 2, 3)),
+                                         np.ones((1, 2, 3)))["credit/decisive_auc"])
 
 
 def _arrays(rng, b=6, g=4, t=7):
@@ -76,7 +139,7 @@ def test_labelled_steps_and_point_metrics_match_a_loop():
   assert m["spearman_failed"] == pytest.approx(scipy.stats.spearmanr(a[~w], y[~w]).statistic,
                                                abs=1e-12)
   u = scipy.stats.mannwhitneyu(a[y > 0], a[y <= 0]).statistic
-  assert m["auc"] == pytest.approx(u / ((y > 0).sum() * (y <= 0).sum()), abs=1e-12)
+  assert m["progress_auc"] == pytest.approx(u / ((y > 0).sum() * (y <= 0).sum()), abs=1e-12)
 
 
 def test_bootstrap_resamples_whole_groups():
@@ -104,15 +167,15 @@ def test_credit_table_pairs_estimators_with_grpo():
   same = by[("same", "spearman")]
   assert same["delta_vs_grpo"] == 0 and same["delta_lo"] == 0 and same["delta_hi"] == 0
   assert by[("perfect", "spearman")]["value"] == pytest.approx(1.0)
-  assert by[("perfect", "auc")]["value"] == pytest.approx(1.0)
+  assert by[("perfect", "progress_auc")]["value"] == pytest.approx(1.0)
   assert by[("grpo", "spearman")]["lo"] <= by[("grpo", "spearman")]["value"] <= by[("grpo", "spearman")]["hi"]
-  assert "delta_vs_grpo" not in by[("grpo", "auc")]
+  assert "delta_vs_grpo" not in by[("grpo", "progress_auc")]
 
 
 def test_study_estimators_decompose():
   """csa_step is CSA's step term: csa(lam=1) - csa(lam=0.5) = csa_step / 2 on active steps;
   gigpo - gigpo_step is constant within an episode (its episode term)."""
-  from csa_jax.rollout import GroupArrays
+  from csa_jax.groups import GroupArrays
   rng = np.random.default_rng(4)
   b, g, t = 5, 6, 8
   mask = np.zeros((b, g, t), bool)

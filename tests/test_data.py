@@ -46,35 +46,6 @@ def test_batches_cover_each_row_once_per_epoch_and_pad():
   assert orders[0] != orders[1]  # reshuffled each epoch
 
 
-def _traj(n_steps, tag):
-  from csa_jax.rollout import Step, Trajectory
-  steps = [Step(prompt_ids=[tag, t], action_ids=[7, 1], action_logps=[-0.5, -0.1],
-                action=f"a{t}", observation="", reward=0.0, anchor_id=0, valid=True,
-                oracle_label=None) for t in range(n_steps)]
-  return Trajectory(task=("train", tag), steps=steps)
-
-
-@pytest.mark.parametrize("weight", ["step", "episode"])
-def test_rl_rows_weighting(weight):
-  """"step": every row carries its step's advantage. "episode": rows of an episode of
-  length L carry adv * mean_len / L, so an episode's rows weigh the same in total
-  whatever its length (a 15-step failure no longer outweighs a 3-step success 5:1)."""
-  import numpy as np
-  from csa_jax import groups  # pylint: disable=import-outside-toplevel
-  trajs = [_traj(3, 0), _traj(15, 1)]  # one group of G=2
-  adv = np.zeros((1, 2, 15), np.float32)
-  adv[0, 0, :3] = 1.0
-  adv[0, 1, :15] = -1.0
-  rows = groups.rl_rows(groups.make_batch([trajs], 15), adv, row_weight=weight)
-  assert len(rows) == 18
-  per_ep = [sum(r["advantage"] for r in rows if r["prompt_ids"][0] == k) for k in (0, 1)]
-  if weight == "step":
-    assert per_ep == [3.0, -15.0]
-  else:  # mean length 9: each episode's rows sum to +-9
-    assert per_ep == pytest.approx([9.0, -9.0], abs=1e-5)
-    assert rows[0]["advantage"] == pytest.approx(3.0)
-
-
 # ----------------------------------------------------------------------------------------
 # Packing (optim.pack_rows).
 

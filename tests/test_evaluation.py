@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from csa_jax import rollout as rollout_lib
+from csa_jax import prompts
 from csa_jax.config import (EnvConfig, EvalConfig, ExperimentConfig, RolloutConfig)
 from csa_jax.evaluation import OracleProbs
 from csa_jax.model import Decoder, ModelConfig
@@ -44,15 +44,15 @@ def _setup(temperature):
 def test_oracle_probability_is_the_actions_token_probability_product(temperature):
   cfg, env, tok, model, graphdef, params = _setup(temperature)
   scfg = sampling_config(cfg, tok, greedy=False)
-  oracle = OracleProbs(graphdef, tok, cfg, rollout_lib.PLAIN, scfg)
+  oracle = OracleProbs(graphdef, tok, cfg, prompts.PLAIN, scfg)
   got = oracle(params)
   assert got.shape == (70,)
   np.testing.assert_array_equal(oracle(params, 10), got[:10])
   for i in (0, 33, 69):
     r = env.reset("test", i)
-    prompt = rollout_lib.encode_prompt(tok, r.info.task, [], r.observation,
-                                       r.info.admissible_actions, history_turns=1,
-                                       max_tokens=PROMPT)
+    prompt = prompts.encode_prompt(tok, r.info.task, [], r.observation,
+                                   r.info.admissible_actions, history_turns=1,
+                                   max_tokens=PROMPT)
     # The answer as the policy writes it: a space after the "Action:" cue, then the end.
     action = tok.encode(f" take {env._task['key']} key") + [tok.eos_id]
     seq = np.asarray([prompt + action[:-1]], np.int32)
@@ -73,4 +73,4 @@ def test_an_environment_without_an_oracle_action_is_refused():
   cfg = dataclasses.replace(cfg, env=EnvConfig(
       name="faulty", kwargs={"inner": "keydoor", "inner_kwargs": {"horizon": 2}}))
   with pytest.raises(ValueError, match="names no oracle action"):
-    OracleProbs(graphdef, tok, cfg, rollout_lib.PLAIN, sampling_config(cfg, tok, greedy=False))
+    OracleProbs(graphdef, tok, cfg, prompts.PLAIN, sampling_config(cfg, tok, greedy=False))

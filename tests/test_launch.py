@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.refusals import assert_refused
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -50,7 +52,7 @@ def test_listing_and_an_unknown_experiment_import_no_jax(args, code):
   import in csa_jax/config.py, config_fields.py or csa_jax/model/): `--list` and a wrong
   --exp would take 4 s of CPU on a slow machine instead of 0.2 s. (A config that is
   validated imports jax: the estimator's name is checked against the registry of
-  csa_jax/advantages.py.)"""
+  csa_jax/estimators/.)"""
   out = subprocess.run([sys.executable, "-c", _IMPORTS, *args], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
   assert out.returncode == code, out.stderr[-2000:]
@@ -69,14 +71,13 @@ TINY = ["--exp", "quickstart_coin", "--set", "sft.num_demos=4", "--set", "env.kw
         "--set", "rollout.num_envs=2", "--set", "eval.num_episodes=2"]
 
 
-def _refused(out, workdir, *needles):
-  assert out.returncode == 2, out.stderr[-2000:]
-  err = out.stderr.strip().splitlines()
-  assert "Traceback" not in out.stderr
-  assert err[-1].startswith("launch.py: error: "), out.stderr[-2000:]
-  for needle in needles:
-    assert needle in err[-1], err[-1]
-  assert not os.path.exists(workdir), os.listdir(workdir)
+def _refused(workdir, *args, needles, env=None) -> str:
+  """launch.py's refusal of `args` in a subprocess (tests/refusals.py)."""
+  def run():
+    out = launch(*args, "--workdir", str(workdir), env=env)
+    return out.returncode, out.stderr
+
+  return assert_refused(run, workdir, *needles, only_line=False)
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -93,7 +94,7 @@ def _refused(out, workdir, *needles):
 def test_bad_environment_settings_are_refused_before_anything_is_written(tmp_path, args, needles):
   work = tmp_path / "w"
   env = dict(os.environ, ALFWORLD_DATA=str(tmp_path / "no_alfworld_data"))
-  _refused(launch(*args, "--workdir", str(work), env=env), work, *needles)
+  _refused(work, *args, needles=needles, env=env)
 
 
 def _malformed_model(tmp_path):
@@ -105,9 +106,9 @@ def _malformed_model(tmp_path):
 
 def test_a_malformed_model_directory_is_one_line(tmp_path):
   work = tmp_path / "w"
-  out = launch("--set", f"model_path={_malformed_model(tmp_path)}", "--workdir", str(work),
-               "--set", f"sft.demos_dir={tmp_path / 'demos'}", *TINY)
-  _refused(out, work, "model_path", "malformed JSON in", "config.json")
+  _refused(work, "--set", f"model_path={_malformed_model(tmp_path)}",
+           "--set", f"sft.demos_dir={tmp_path / 'demos'}", *TINY,
+           needles=["model_path", "malformed JSON in", "config.json"])
   assert not os.path.exists(tmp_path / "demos")  # refused before building demonstrations
 
 
@@ -119,10 +120,9 @@ def test_a_malformed_model_directory_is_one_line(tmp_path):
 def test_budgets_too_small_for_the_environment_are_refused_with_the_minimum(
     tmp_path, budget, needle):
   work = tmp_path / "w"
-  out = launch("--set", budget, "--workdir", str(work), "--set",
-               f"sft.demos_dir={tmp_path / 'demos'}", *TINY)
-  _refused(out, work, needle, "at least ")
-  minimum = int(out.stderr.split("at least ")[1].split()[0])
+  line = _refused(work, "--set", budget, "--set", f"sft.demos_dir={tmp_path / 'demos'}", *TINY,
+                  needles=[needle, "at least "])
+  minimum = int(line.split("at least ")[1].split()[0])
   assert minimum > int(budget.split("=")[1])
 
 
@@ -139,6 +139,6 @@ def test_demonstrations_from_another_environment_version_are_refused(tmp_path):
   with open(stamp, "w") as f:
     f.write("twx r0, textworld-express 0.0.1\n")
   work = tmp_path / "w"
-  out = launch("--workdir", str(work), "--set", f"sft.demos_dir={demos}", *TINY)
-  _refused(out, work, "were made with twx r0, textworld-express 0.0.1", "this is twx r1",
-           "delete that directory")
+  _refused(work, "--set", f"sft.demos_dir={demos}", *TINY,
+           needles=["were made with twx r0, textworld-express 0.0.1", "this is twx r1",
+                    "delete that directory"])

@@ -1,4 +1,5 @@
-"""Prompts fit their budget; trajectories pad into [B, G, T] arrays exactly."""
+"""Multi-turn episodes on real pools: what each step records, waves of environments, the
+think format's parsed actions, the overlapped schedule and the sampler's rows."""
 
 import dataclasses
 import zlib
@@ -6,106 +7,14 @@ import zlib
 import numpy as np
 import pytest
 
-from csa_jax import groups
+from csa_jax import prompts as P
 from csa_jax import rollout as R
 from csa_jax.config import RolloutConfig
-from csa_jax.tokenizer import Tokenizer, train_bpe
+from csa_jax.tokenizer import train_bpe
 from environments.pool import EnvPool
+from tests import factories
 
-TOK = train_bpe(["You are in the kitchen. To the North you see the pantry.", " move north",
-                 " take coin", "Task: Now: Actions: Action: > |"] * 10, 400)
-
-
-def test_prompt_keeps_cue_and_actions_when_truncated():
-  obs = "You are in the kitchen. " + "There is a chair. " * 80 + "To the North you see the pantry."
-  hist = [("move north", "You are in the pantry. It is dark.")] * 5
-  ids = R.encode_prompt(TOK, "find the coin", hist, obs, ["move north", "take coin"],
-                        history_turns=3, max_tokens=96)
-  assert len(ids) <= 96
-  text = TOK.decode(ids)
-  assert text.startswith("Task: find the coin\n> move north\nYou are in the pantry.\n")
-  assert "Now: You are in the kitchen." in text and " ... " in text
-  assert text.endswith("To the North you see the pantry.\nActions: move north | take coin\nAction:")
-
-
-def test_prompt_untruncated_is_the_plain_text():
-  hist = [("move east", "You are in the corridor. Long details follow.")]
-  args = ("find it", hist, "You see a coin.", ["take coin", "move west"])
-  ids = R.encode_prompt(TOK, *args, history_turns=2, max_tokens=1000)
-  assert TOK.decode(ids) == R.prompt_text(*args)
-  assert TOK.decode(ids) == ("Task: find it\n> move east\nYou are in the corridor.\n"
-                             "Now: You see a coin.\nActions: take coin | move west\nAction:")
-
-
-def test_prompt_drops_oldest_turns_first():
-  hist = [(f"move {d}", f"You are in room {i}. Long details follow.")
-          for i, d in enumerate(["north", "south", "east", "west"])]
-  obs = "You are in the hall. " + "A lamp. " * 40
-  full = R.encode_prompt(TOK, "t", hist, obs, ["a"], history_turns=4, max_tokens=10_000)
-  for budget in (len(full) - 1, 110, 90):
-    text = TOK.decode(R.encode_prompt(TOK, "t", hist, obs, ["a"], history_turns=4,
-                                      max_tokens=budget, min_obs_tokens=48))
-    kept = [i for i in range(4) if f"room {i}." in text]
-    assert kept == list(range(4 - len(kept), 4))  # a suffix: the newest turns
-  assert len(R.encode_prompt(TOK, "t", hist, obs, ["a"], history_turns=4, max_tokens=90)) <= 90
-
-
-@pytest.mark.parametrize("n, budget", [(10, 20), (30, 12), (30, 3), (30, 0)])
-def test_middle_cut(n, budget):
-  ids, sep = list(range(100, 100 + n)), [1, 2]
-  out = R._middle_cut(ids, budget, sep)
-  assert len(out) == min(n, budget)
-  if n > budget > len(sep):
-    keep = budget - 2
-    assert out[: keep // 3] == ids[: keep // 3] and out[keep // 3: keep // 3 + 2] == sep
-    assert out[keep // 3 + 2:] == ids[n - (keep - keep // 3):]
-
-
-def _traj(task, n_steps, won, seed):
-  rng = np.random.default_rng(seed)
-  steps = [R.Step(prompt_ids=[1, 2], action_ids=[3] * int(rng.integers(1, 4)),
-                  action_logps=[], action="a", observation="o", reward=0.0,
-                  anchor_id=int(rng.integers(0, 3)), valid=True,
-                  oracle_label=None if t % 2 else float(t)) for t in range(n_steps)]
-  for s in steps:
-    s.action_logps = list(rng.normal(size=len(s.action_ids)))
-  return R.Trajectory(task=task, steps=steps, won=won)
-
-
-@pytest.mark.parametrize("reduce", ["sum", "mean"])
-def test_group_arrays_match_loop(reduce):
-  B, G, T = 2, 3, 5
-  trajs = [_traj(("train", b), n, won, 10 * b + g)
-           for b in range(B) for g, (n, won) in enumerate([(2, True), (5, False), (7, True)])]
-  arr = groups.group_arrays(groups.split(trajs, G), T, reduce)
-  for k, tr in enumerate(trajs):
-    b, g = k // G, k % G
-    assert arr.rewards_BxG[b, g] == float(tr.won)
-    n = min(len(tr.steps), T)
-    assert arr.mask_BxGxT[b, g].tolist() == [t < n for t in range(T)]
-    for t in range(T):
-      if t < n:
-        lp = tr.steps[t].action_logps
-        want = sum(lp) if reduce == "sum" else sum(lp) / len(lp)
-        assert arr.logp_BxGxT[b, g, t] == pytest.approx(want, rel=1e-6)
-        assert arr.state_id_BxGxT[b, g, t] == tr.steps[t].anchor_id
-        lab = tr.steps[t].oracle_label
-        assert (np.isnan(arr.oracle_BxGxT[b, g, t]) if lab is None
-                else arr.oracle_BxGxT[b, g, t] == lab)
-        assert arr.step_rewards_BxGxT[b, g, t] == (float(tr.won) if t == n - 1 else 0.0)
-      else:
-        assert arr.logp_BxGxT[b, g, t] == 0 and arr.step_rewards_BxGxT[b, g, t] == 0
-
-
-def test_groups_reject_ragged_or_partial_groups():
-  trajs = [_traj(("train", 0), 2, True, k) for k in range(5)]
-  with pytest.raises(ValueError, match="not whole groups of 3"):
-    groups.split(trajs, 3)
-  with pytest.raises(ValueError, match="different sizes"):
-    groups.group_arrays([trajs[:3], trajs[3:]], 4)
-  batch = groups.from_episodes(trajs[:4], 2, 4)
-  assert [(b, g) for b, g, _ in batch.places()] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-  assert batch.trajs == trajs[:4] and batch.arrays.mask_BxGxT.shape == (2, 2, 4)
+TOK = factories.tokenizer()
 
 
 def test_anchor_id_is_stable_and_ignores_outer_space():
@@ -159,76 +68,6 @@ def test_gigpo_anchor_state_or_observation(anchor):
     assert ids[0][1] == ids[1][2]  # one step group across two rooms
     assert ids[0][1] != ids[0][0] and ids[0][1] != ids[1][1]
     assert ids[0][0] == ids[1][0] and ids[0][2] == ids[1][1]  # the same room description
-
-
-CHAT_TOK = Tokenizer(TOK.tok, chat_template=(
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"))
-# ALFWorld-like: dozens of admissible actions, far more than half a small budget.
-MANY = sorted([f"go to countertop {i}" for i in range(1, 25)] + ["inventory", "look"]
-              + [f"take coin {i} from countertop {i}" for i in range(1, 9)])
-
-
-@pytest.mark.parametrize("fmt_name", ["plain", "chat"])
-@pytest.mark.parametrize("budget", [128, 200, 300])
-def test_action_list_drops_whole_actions_keeps_header_and_cue(fmt_name, budget):
-  fmt = R.PLAIN if fmt_name == "plain" else R.PromptFormat.chat(CHAT_TOK)
-  hist = [("go to countertop 3", "You arrive at countertop 3. On it you see a coin 3.")]
-  obs = "You arrive at countertop 1. " + "On it you see a spoon. " * 20
-  enc = R.build_prompt(CHAT_TOK, "put a coin in the box", hist, obs, MANY, history_turns=2,
-                       max_tokens=budget, fmt=fmt)
-  assert len(enc.ids) <= budget
-  assert enc.ids[:len(fmt.prefix_ids)] == list(fmt.prefix_ids)
-  assert enc.ids[len(enc.ids) - len(fmt.suffix_ids):] == list(fmt.suffix_ids)
-  body = enc.ids[len(fmt.prefix_ids):len(enc.ids) - len(fmt.suffix_ids)]
-  text = CHAT_TOK.decode(body)
-  assert text.startswith("Task: put a coin in the box\n")
-  kept = len(MANY) - enc.actions_dropped
-  assert 0 < kept < len(MANY)  # the budget is tight: some, not all, actions fit
-  tail = "\nActions: " + " | ".join(MANY[:kept] + ["..."]) + "\nAction:"
-  assert text.endswith(tail)  # the header, the first actions whole, the marker, the cue
-  # As many as fit: one more action would not fit the tail's half of the budget.
-  half = (budget - len(fmt.prefix_ids) - len(fmt.suffix_ids)) // 2
-  more = "\nActions: " + " | ".join(MANY[:kept + 1] + ["..."]) + "\nAction:"
-  assert len(CHAT_TOK.encode(tail)) <= half < len(CHAT_TOK.encode(more))
-  assert R.encode_prompt(CHAT_TOK, "put a coin in the box", hist, obs, MANY, history_turns=2,
-                         max_tokens=budget, fmt=fmt) == enc.ids
-
-
-def test_action_list_that_fits_is_untouched_and_a_budget_without_room_for_the_cue_fails():
-  enc = R.build_prompt(TOK, "t", [], "You see a coin.", ["take coin", "move west"],
-                       history_turns=2, max_tokens=1000)
-  assert enc.actions_dropped == 0
-  assert TOK.decode(enc.ids).endswith("\nActions: take coin | move west\nAction:")
-  with pytest.raises(ValueError, match="cannot hold its header and cue"):
-    R.build_prompt(TOK, "t", [], "o", MANY, history_turns=0, max_tokens=6)
-
-
-def test_a_system_message_comes_before_the_prompt_in_the_chat_template():
-  """rollout.system_prompt: the template renders it as the system turn (else its default)."""
-  tok = Tokenizer(CHAT_TOK.tok, chat_template=(
-      "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nDefault.<|im_end|>\n"
-      "{% endif %}" + CHAT_TOK.chat_template))
-  fmt = R.PromptFormat.chat(tok, system="Pick one.")
-  assert list(fmt.prefix_ids) == tok.encode("<|im_start|>system\nPick one.<|im_end|>\n"
-                                            "<|im_start|>user\n", specials=True)
-  assert R.PromptFormat.chat(tok).prefix_ids == tuple(tok.encode(
-      "<|im_start|>system\nDefault.<|im_end|>\n<|im_start|>user\n", specials=True))
-  assert fmt.suffix_ids == R.PromptFormat.chat(tok).suffix_ids
-
-
-def test_environment_text_cannot_inject_special_tokens():
-  # An observation that spells the end-of-action token stays text inside the prompt; the
-  # chat template's own markup around it keeps its special tokens.
-  fmt = R.PromptFormat.chat(Tokenizer(CHAT_TOK.tok, chat_template=(
-      "<pad>{% for m in messages %}{{ m['content'] }}{% endfor %}<eos>")))
-  assert fmt.prefix_ids == (TOK.pad_id,) and fmt.suffix_ids == (TOK.eos_id,)
-  obs = "The sign reads: <eos> <pad> end."
-  enc = R.build_prompt(TOK, "t", [], obs, ["read sign"], history_turns=0, max_tokens=200,
-                       fmt=fmt)
-  body = enc.ids[1:-1]
-  assert TOK.eos_id not in body and TOK.pad_id not in body
-  assert TOK.decode(body) == R.prompt_text("t", [], obs, ["read sign"])
 
 
 def test_multi_turn_loop_plays_an_expert_on_a_real_pool():
@@ -285,7 +124,7 @@ def test_multi_turn_loop_plays_an_expert_on_a_real_pool():
   for rec in records:
     for t in range(len(rec["actions"])):
       hist = [(rec["actions"][j], rec["observations"][j + 1]) for j in range(t)]
-      dropped.append(R.build_prompt(tok, rec["task"], hist, rec["observations"][t],
+      dropped.append(P.build_prompt(tok, rec["task"], hist, rec["observations"][t],
                                     rec["admissible"][t], history_turns=2,
                                     max_tokens=160).actions_dropped)
   assert [st.actions_dropped for st in steps] == dropped and sum(dropped) > 0
@@ -293,37 +132,6 @@ def test_multi_turn_loop_plays_an_expert_on_a_real_pool():
 
 # ----------------------------------------------------------------------------------------
 # The "think" action format: reasoning, then the action in <action>...</action>.
-
-
-@pytest.mark.parametrize("text, want", [
-    ("I see a coin.\n<action>take coin</action>", ("take coin", True)),
-    ("<action>  open door to north \n</action>", ("open door to north", True)),
-    ("<action>go\nnorth</action> and that is all", ("go\nnorth", True)),  # inside kept whole
-    ("take coin", ("", False)),  # no wrapper
-    ("<action>take coin", ("", False)),  # unclosed
-    ("take coin</action>", ("", False)),  # closed only
-    ("<action></action>", ("", False)),  # empty
-    ("<action>   </action>", ("", False)),  # blank
-    ("<action>look</action> or <action>take coin</action>", ("", False)),  # two: ambiguous
-    ("<ACTION>look</ACTION>", ("", False)),  # tags are case-sensitive, as written in the cue
-    ("<action>take <b>coin</b></action>", ("take <b>coin</b>", True)),
-])
-def test_parse_action(text, want):
-  assert R.parse_action(text) == want
-
-
-def test_think_format_prompt_asks_for_the_wrapper_and_sft_targets_carry_it():
-  think = R.PromptFormat(action_format="think")
-  assert think.answer_text("take coin") == " <action>take coin</action>"
-  assert R.PLAIN.answer_text("take coin") == " take coin"
-  assert think.read_answer("hmm <action>look</action>") == ("look", True)
-  assert R.PLAIN.read_answer("hmm <action>look</action>") == ("hmm <action>look</action>", True)
-  text = R.prompt_text("find the coin", [], "You are in the kitchen.", ["look", "take coin"],
-                       think.cue)
-  assert text.endswith("\nActions: look | take coin" + R.THINK_CUE)
-  assert "<action></action>" in R.THINK_CUE
-  with pytest.raises(ValueError, match="action_format"):
-    R.PromptFormat(action_format="json")
 
 
 def test_think_format_episode_sends_parsed_actions_and_marks_malformed_answers_invalid():
@@ -336,7 +144,7 @@ def test_think_format_episode_sends_parsed_actions_and_marks_malformed_answers_i
   records = collect_demos("twx", env_kwargs, "train", [0])
   for rec in records:
     rec["admissible"] = [a.split(SEP) for a in rec["admissible"]]
-  think = R.PromptFormat(action_format="think")
+  think = P.PromptFormat(action_format="think")
   tok = train_bpe(demo_corpus(records, think), 600)
   cfg = RolloutConfig(max_turns=len(records[0]["actions"]) + 2, history_turns=2,
                       max_prompt_tokens=400, max_action_tokens=64, action_format="think")
@@ -364,7 +172,7 @@ def test_think_format_episode_sends_parsed_actions_and_marks_malformed_answers_i
   assert [st.valid for st in steps][:4] == [True, False, True, False]
   assert all(st.valid for i, st in enumerate(steps) if i not in (1, 3))
   assert trajs[0].won  # the malformed turns cost steps, not the episode
-  assert all(p.endswith(R.THINK_CUE) for p in prompts_seen)
+  assert all(p.endswith(P.THINK_CUE) for p in prompts_seen)
   # The history the next prompt shows holds the parsed action, never the reasoning.
   assert "the goal says so" not in "".join(prompts_seen)
 

@@ -49,7 +49,7 @@ def _full_logits(graphdef, params, inputs_BxT, attn_mask_BxT):
   return nnx.merge(graphdef, params)(inputs_BxT, attention_mask_BxT=attn_mask_BxT)
 
 
-_jit_logits = jax.jit(ts._logits, static_argnums=0)
+_jit_logits = jax.jit(ts.action_logits, static_argnums=0)
 
 
 def _jit_value_and_grad_micro(loss_fn, params, batch, ref, micro_batches):

@@ -110,7 +110,7 @@ def test_think_format_run_of_a_pretrained_checkpoint_stops_at_its_env_step_budge
   SFT on wrapped expert actions, one RL iteration, and `rl_env_steps` ending RL after the
   iteration that spent it although rl_iterations allows three."""
   from csa_jax.checkpoint import Checkpointer
-  from csa_jax.rollout import THINK_CUE
+  from csa_jax.prompts import THINK_CUE
 
   ckpt = tmp_path / "ckpt"
   _tiny_hf_checkpoint(ckpt, extra_text=THINK_CUE + " <action>take coin</action> hmm",

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from csa_jax import metrics as M
-from csa_jax import rollout as R
 from csa_jax import groups
 from csa_jax import guard as guard_lib
 from csa_jax import trainer as trainer_lib
@@ -20,6 +19,7 @@ from csa_jax.checkpoint import Checkpointer
 from csa_jax.config import ConfigError
 from csa_jax.trainer import Trainer
 from tests import tiny_runs
+from tests.factories import episode, step
 
 
 def tiny_cfg(exp, iterations, demos_dir, *extra):
@@ -174,13 +174,6 @@ def test_all_zero_advantages_make_no_update(sft_run, tmp_path, monkeypatch):
   assert [r["perf/update_skipped"] for r in recs] == [0.0, 1.0]
 
 
-def _traj(won, length=2):
-  steps = [R.Step(prompt_ids=[3, 4], action_ids=[5, 1], action_logps=[-0.5, -0.1],
-                  action="a", observation="o", reward=0.0, anchor_id=0, valid=True,
-                  oracle_label=None) for _ in range(length)]
-  return R.Trajectory(task=("train", 0), steps=steps, won=won)
-
-
 @pytest.mark.parametrize("rounds", [1, 3])
 def test_dynamic_sampling_inside_the_trainer(tmp_path, monkeypatch, rounds):
   """Uniform groups are dropped; at most `dynamic_sampling_rounds` rounds; the batch never
@@ -195,7 +188,8 @@ def test_dynamic_sampling_inside_the_trainer(tmp_path, monkeypatch, rounds):
     k = len(played_rounds)
     played_rounds.append(k)
     assert len(tasks) == 6
-    return [_traj(bool(w), length=2 + k) for g in script[k] for w in g]
+    return [episode([step((3, 4), (5, 1), (-0.5, -0.1)) for _ in range(2 + k)], won=bool(w))
+            for g in script[k] for w in g]
 
   monkeypatch.setattr(trainer_lib.rollout_lib, "run_episodes", fake_run_episodes)
   batch, played = groups.collect(None, None, None, cfg, np.random.default_rng(0), fmt=None)
@@ -213,7 +207,9 @@ def test_dynamic_sampling_all_uniform_makes_no_update(tmp_path, monkeypatch):
   cfg = tiny_cfg("twx_coin_dapo", 1, tmp_path, "algo.dynamic_sampling_rounds=2",
                  "algo.kl_coef=0")
   monkeypatch.setattr(trainer_lib.rollout_lib, "run_episodes",
-                      lambda pool, policy, tok, tasks, *a, **k: [_traj(True) for _ in tasks])
+                      lambda pool, policy, tok, tasks, *a, **k: [
+                          episode([step((3, 4), (5, 1), (-0.5, -0.1)) for _ in range(2)], won=True)
+                          for _ in tasks])
   t = Trainer(cfg, str(tmp_path / "w"))
   t.tok, t.fmt = None, None
 

@@ -23,15 +23,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from csa_jax import advantages as adv_lib
+from csa_jax import estimators as est_lib
 from csa_jax import data as data_lib
 from csa_jax import train_step as ts
 from csa_jax.algorithms import base, estimator as estimator_lib, istar, mtdpo
-from csa_jax.config import AlgoConfig, ExperimentConfig, IStarConfig, MDPOConfig, RolloutConfig
+from csa_jax.algo_config import IStarConfig, MDPOConfig
+from csa_jax.config import AlgoConfig, ExperimentConfig, RolloutConfig
 from csa_jax.model import Decoder, ModelConfig
 from csa_jax import groups
-from csa_jax.rollout import GroupArrays, Step, Trajectory
+from csa_jax.groups import GroupArrays
 from csa_jax.sampling import SamplingConfig, sampling_logprobs
+from tests.factories import ACT, PROMPT, episode, method_config, random_episodes, step
 
 # ----------------------------------------------------------------------------------------
 # The clipped loss of make_rl_loss against a NumPy reference.
@@ -80,7 +82,7 @@ def loss_inputs():
   jb = {k: jnp.asarray(v) for k, v in batch.items()}
   mask = batch["loss_mask"] > 0
 
-  logits = jax.jit(lambda p: ts._logits(graphdef, p, jb))
+  logits = jax.jit(lambda p: ts.action_logits(graphdef, p, jb))
 
   def logp_and_entropy(p):
     z = np.asarray(logits(p))
@@ -284,21 +286,21 @@ def _adv_arrays():
 
 # A second value for each knob, far enough from the default to move the advantages.
 _KNOB_VALUES = {"lam": 0.9, "gamma": 0.5, "w": 0.3, "eps": 0.5, "std_normalize": False,
-                "ddof": 0}
-_ESTIMATOR_KNOBS = [(name, knob) for name in adv_lib.list_estimators()
-                    for knob in adv_lib.get_estimator(name).hparams]
+                "ddof": 0, "decisive_steps": (1, 3)}
+_ESTIMATOR_KNOBS = [(name, knob) for name in est_lib.list_estimators()
+                    for knob in est_lib.get_estimator(name).hparams]
 
 
 @pytest.mark.parametrize("name, knob", _ESTIMATOR_KNOBS)
 def test_compute_advantages_forwards_each_estimator_knob(name, knob):
-  """Catches an estimator knob (lam, gamma, w, eps, std_normalize, ddof) that
+  """Catches an estimator knob (lam, gamma, w, eps, std_normalize, ddof, decisive_steps) that
   `estimator.compute_advantages` drops, leaves at the estimator's default or passes under
   another name, and an `algo.estimator` that does not pick the estimator: the advantages
   equal the estimator's own at the configured value, which differ from its default's."""
   assert knob in {f.name for f in dataclasses.fields(AlgoConfig)}, knob
   arrays, roll = _adv_arrays(), RolloutConfig(max_turns=5)
   algo = AlgoConfig(estimator=name, invalid_penalty=0.0, **{knob: _KNOB_VALUES[knob]})
-  est = adv_lib.get_estimator(name)
+  est = est_lib.get_estimator(name)
   hp = {k: getattr(algo, k) for k in est.hparams}
   inputs = dict(rewards_BxG=arrays.rewards_BxG, logp_BxGxT=arrays.logp_BxGxT,
                 mask_BxGxT=arrays.mask_BxGxT, step_rewards_BxGxT=arrays.step_rewards_BxGxT,
@@ -315,21 +317,11 @@ def test_every_estimator_is_reachable_and_they_differ():
   estimator's advantages): every registered estimator gives a different result here."""
   arrays, roll = _adv_arrays(), RolloutConfig(max_turns=5)
   outs = {n: estimator_lib.compute_advantages(arrays, AlgoConfig(estimator=n), roll)
-          for n in adv_lib.list_estimators()}
+          for n in est_lib.list_estimators()}
   names = sorted(outs)
   for i, a in enumerate(names):
     for b in names[i + 1:]:
       assert np.abs(outs[a] - outs[b]).max() > 1e-3, (a, b)
-
-
-def _traj(lens_and_won, rng):
-  out = []
-  for n, won in lens_and_won:
-    steps = [Step(prompt_ids=[2, 3], action_ids=[4, 1], action_logps=[-0.5, -0.1],
-                  action="a", observation="o", reward=0.0, anchor_id=0,
-                  valid=bool(rng.random() < 0.5), oracle_label=None) for _ in range(n)]
-    out.append(Trajectory(task=("train", 0), steps=steps, won=won))
-  return out
 
 
 @pytest.mark.parametrize("row_weight", ["step", "episode"])
@@ -338,7 +330,8 @@ def test_row_weight_reaches_the_rows(row_weight):
   prepare: with episodes of 1, 2 and 4 steps, "episode" scales each row's advantage by
   mean_len / len(its episode) and "step" leaves it."""
   rng = np.random.default_rng(1)
-  trajs = _traj([(1, True), (2, False), (4, False)], rng)
+  trajs = [episode([step((2, 3), (4, 1), (-0.5, -0.1), valid=bool(rng.random() < 0.5))
+                    for _ in range(n)], won=won) for n, won in [(1, True), (2, False), (4, False)]]
   cfg = ExperimentConfig(rollout=RolloutConfig(tasks_per_iter=1, group_size=3, max_turns=4),
                          algo=AlgoConfig(estimator="grpo", row_weight=row_weight))
   gb = groups.from_episodes(trajs, 3, 4)
@@ -354,32 +347,6 @@ def test_row_weight_reaches_the_rows(row_weight):
 
 # ----------------------------------------------------------------------------------------
 # Second parameter sets: iStar's PRM, M-DPO's references.
-
-PV, PROMPT, ACT = 48, 10, 4
-
-
-def _small_cfg(method, **algo):
-  model = ModelConfig.tiny(PV, hidden_size=16, intermediate_size=32, num_layers=1,
-                           num_heads=2, num_kv_heads=1, head_dim=8, max_seq_len=32)
-  rollout = RolloutConfig(tasks_per_iter=3, group_size=3, max_turns=3,
-                          max_prompt_tokens=PROMPT + 2, max_action_tokens=ACT, num_envs=6)
-  return ExperimentConfig(model=model, rollout=rollout,
-                          algo=AlgoConfig(method=method, minibatch_size=8, kl_coef=0.0, **algo))
-
-
-def _random_trajs(cfg, rng, won):
-  out = []
-  for w in np.asarray(won).ravel():
-    steps = [Step(prompt_ids=rng.integers(2, PV, PROMPT).tolist(),
-                  action_ids=rng.integers(2, PV, rng.integers(1, ACT + 1)).tolist(),
-                  action_logps=[], action="a", observation="o", reward=0.0, anchor_id=0,
-                  valid=bool(rng.random() < 0.7), oracle_label=None)
-             for _ in range(rng.integers(1, cfg.rollout.max_turns + 1))]
-    for st in steps:
-      st.action_logps = (-rng.random(len(st.action_ids)) * 3).tolist()
-    out.append(Trajectory(task=("train", 0), steps=steps, won=bool(w)))
-  return out
-
 
 def _small_ctx(cfg, ref_params=None):
   graphdef, params = nnx.split(Decoder(cfg.model, rngs=nnx.Rngs(0)), nnx.Param)
@@ -402,7 +369,7 @@ def _steps_logp(ctx, trajs, *param_sets):
 
   @jax.jit
   def f(p):
-    lp = sampling_logprobs(ts._logits(ctx.graphdef, p, b), b["targets"], ctx.sampling_cfg)
+    lp = sampling_logprobs(ts.action_logits(ctx.graphdef, p, b), b["targets"], ctx.sampling_cfg)
     return (lp * b["loss_mask"]).sum(-1)
 
   return [dict(zip(where, np.asarray(f(p)).tolist())) for p in param_sets]
@@ -413,10 +380,10 @@ def test_istar_rewards_and_prm_step_use_the_prm_not_the_policy():
   instead of the PRM's (`grad_fn(params, ...)` for `grad_fn(prm.params, ...)`): with a
   PRM unlike the policy, r = beta * (log pi_prm - log pi_old) row by row and the PRM step
   is AdamW on the PRM's own pair-loss gradient."""
-  cfg = _small_cfg("istar", istar=IStarConfig(batch_rows=9))
+  cfg = method_config("istar", istar=IStarConfig(batch_rows=9))
   rng = np.random.default_rng(6)
   won = np.array([[1, 0, 0], [1, 1, 1], [0, 1, 1]])
-  trajs = _random_trajs(cfg, rng, won)
+  trajs = random_episodes(cfg, rng, won)
   gb = groups.from_episodes(trajs, 3, 3)
   arrays = gb.arrays
   ctx, params = _small_ctx(cfg)
@@ -467,9 +434,9 @@ def test_mdpo_reference_scores_come_from_the_configured_reference(reference):
   """Catches M-DPO's `sft` and `previous` references swapped (or either one ignored):
   with an SFT reference, a policy at the iteration's start and neither equal, each row's
   `ref_logp` is the configured reference's log-prob of its action tokens."""
-  cfg = _small_cfg("mtdpo", mtdpo=MDPOConfig(reference=reference))
+  cfg = method_config("mtdpo", mtdpo=MDPOConfig(reference=reference))
   rng = np.random.default_rng(10)
-  trajs = _random_trajs(cfg, rng, np.array([[1, 0, 0], [1, 1, 1], [0, 1, 0]]))
+  trajs = random_episodes(cfg, rng, np.array([[1, 0, 0], [1, 1, 1], [0, 1, 0]]))
   gb = groups.from_episodes(trajs, 3, 3)
   arrays = gb.arrays
   ctx, params = _small_ctx(cfg)
@@ -510,12 +477,11 @@ def _episodes(rng, B, G, T):
     steps = []
     for _ in range(n):
       a = int(rng.integers(0, 6))
-      steps.append(Step(prompt_ids=[2], action_ids=rng.integers(2, 50, a).tolist(),
-                        action_logps=(-rng.random(a) * 2).tolist(), action="x",
-                        observation="o", reward=0.0, anchor_id=int(rng.integers(0, 2**31)),
+      steps.append(step((2,), rng.integers(2, 50, a).tolist(), (-rng.random(a) * 2).tolist(),
+                        action="x", anchor_id=int(rng.integers(0, 2**31)),
                         valid=bool(rng.random() < 0.6),
                         oracle_label=None if rng.random() < 0.3 else float(rng.normal())))
-    trajs.append(Trajectory(task=("train", k // G), steps=steps, won=bool(rng.random() < 0.4)))
+    trajs.append(episode(steps, task=("train", k // G), won=bool(rng.random() < 0.4)))
   return trajs
 
 
@@ -596,6 +562,7 @@ WIRING_TESTS = {
     "eps": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "std_normalize": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "ddof": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
+    "decisive_steps": ["test_wiring::test_compute_advantages_forwards_each_estimator_knob"],
     "ref_dtype": ["test_lora::test_a_bfloat16_reference_and_first_moment_for_full_parameter_runs"],
     "clip_low": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
     "clip_high": ["test_wiring::test_rl_loss_matches_numpy_for_each_knob"],
@@ -646,8 +613,9 @@ def test_every_algo_field_has_a_wiring_test():
 def test_an_estimator_knob_that_is_no_config_field_is_refused_when_it_registers():
   """Catches the old silent fallback: a knob an estimator declares but the trainer never
   sets (it used to reach the estimator only if added by hand to a dict)."""
-  est = adv_lib.Estimator("knob_typo_probe", lambda rewards_BxG, mask_BxGxT, lamda=0.5: None,
-                          ("rewards_BxG", "mask_BxGxT"), ("lamda",))
+  def knob_typo_probe(rewards_BxG, mask_BxGxT, *, lamda):
+    return None
+
   with pytest.raises(ValueError, match=r"declares hparams \['lamda'\] that are not fields"):
-    adv_lib.register_estimator(est)
-  assert "knob_typo_probe" not in adv_lib.list_estimators()
+    est_lib.register("knob_typo_probe")(knob_typo_probe)
+  assert "knob_typo_probe" not in est_lib.list_estimators()

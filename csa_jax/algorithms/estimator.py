@@ -1,28 +1,26 @@
-"""The estimator methods: GRPO, Dr.GRPO, RLOO, CSA, GiGPO, CSA+GiGPO (and DAPO's knobs).
+"""The estimator methods: GRPO, Dr.GRPO, RLOO, CSA and its variants, GiGPO, CSA+GiGPO (and
+DAPO's knobs).
 
 The simplest case of the seam: no auxiliary state; the episodes' padded [B, G, T]
 arrays, after the reward-side knobs (DAPO's overlong shaping, the invalid-action
 penalty), go through the jitted estimator named by `algo.estimator`
-(csa_jax/advantages.py); one row per step carries its advantage into the clipped update.
+(csa_jax/estimators/); one row per step carries its advantage into the clipped update.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax.numpy as jnp
 import numpy as np
 
-from csa_jax import advantages as adv_lib
 from csa_jax import dapo
 from csa_jax import groups
 from csa_jax import oracle_rows
-from csa_jax import rollout as rollout_lib
 from csa_jax.algorithms.base import Algorithm, Prepared, skip_update
-from csa_jax.config import AlgoConfig
+from csa_jax.estimators import Estimator, get_estimator
+from csa_jax.groups import GroupArrays
 
 
-def shaped_rewards(arrays: rollout_lib.GroupArrays, algo, rollout
+def shaped_rewards(arrays: GroupArrays, algo, rollout
                    ) -> tuple[np.ndarray, np.ndarray]:
   """(rewards_BxG, step_rewards_BxGxT) after the reward-side knobs that are on:
 
@@ -52,23 +50,12 @@ def shaped_rewards(arrays: rollout_lib.GroupArrays, algo, rollout
   return rewards, step_rewards
 
 
-def _knobs_are_config_fields(est: adv_lib.Estimator) -> None:
-  """An estimator's declared hparams are set from the AlgoConfig fields of the same names:
-  one that is not a field would never be set, so it is refused when it registers."""
-  fields = {f.name for f in dataclasses.fields(AlgoConfig)}
-  missing = sorted(set(est.hparams) - fields)
-  if missing:
-    raise ValueError(f"estimator {est.name!r} declares hparams {missing} that are not "
-                     "fields of csa_jax.config.AlgoConfig: add them there (with a default) "
-                     "so that `--set algo.<name>=...` reaches it")
-
-
-adv_lib.add_registration_check(_knobs_are_config_fields)
-
-
-def compute_advantages(arrays: rollout_lib.GroupArrays, algo, rollout) -> np.ndarray:
-  est = adv_lib.get_estimator(algo.estimator)
-  # Each estimator takes the config fields named by the hparams it declares.
+def compute_advantages(arrays: GroupArrays, algo, rollout,
+                       est: Estimator | None = None) -> np.ndarray:
+  """adv_BxGxT of `algo.estimator` (or of `est`, a registered estimator or its step term)
+  on the arrays, after the reward-side knobs (`shaped_rewards`)."""
+  est = est if est is not None else get_estimator(algo.estimator)
+  # Each estimator takes the config fields named by the knobs it declares.
   hp = {k: getattr(algo, k) for k in est.hparams}
   rewards, step_rewards = shaped_rewards(arrays, algo, rollout)
   adv = est(rewards_BxG=jnp.asarray(rewards), logp_BxGxT=jnp.asarray(arrays.logp_BxGxT),

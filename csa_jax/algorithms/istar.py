@@ -34,12 +34,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from csa_jax import advantages as adv_lib
 from csa_jax import groups
 from csa_jax import train_step as ts
 from csa_jax.model import lora
 from csa_jax.algorithms import base
 from csa_jax.algorithms.estimator import shaped_rewards
+from csa_jax.estimators import combine, rloo_advantages
 from csa_jax.sampling import sampling_logprobs
 
 _NORM_EPS = 1e-6
@@ -78,13 +78,13 @@ def prm_pair_loss(r_BxGxT, mask_BxGxT, won_BxG):
 def istar_advantages(rewards_BxG, r_BxGxT, mask_BxGxT, alpha):
   """A = RLOO episode term + alpha * leave-one-out step term of the normalised r."""
   mask = jnp.asarray(mask_BxGxT, bool)
-  a_e_BxG = adv_lib.rloo_advantages(rewards_BxG, valid_BxG=mask.any(-1))
+  a_e_BxG = rloo_advantages(rewards_BxG, valid_BxG=mask.any(-1))
   r = jnp.where(mask, jnp.asarray(r_BxGxT, jnp.float32), 0.0)
   rn = r / (jnp.max(jnp.abs(r)) + _NORM_EPS)
   n_B = mask.sum((1, 2), keepdims=True)
   others = (rn.sum((1, 2), keepdims=True) - rn) / jnp.maximum(n_B - 1, 1)
   a_s = jnp.where(mask & (n_B > 1), rn - others, 0.0)
-  return jax.lax.stop_gradient(jnp.where(mask, a_e_BxG[..., None] + alpha * a_s, 0.0))
+  return jax.lax.stop_gradient(combine(mask, a_e_BxG, (alpha, a_s)))
 
 
 # ----------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def _prm_loss_fn(graphdef, scfg, beta, num_groups, group_size, max_turns):
   """(params, batch, won_UxG) -> (pair-loss sum, (r per row, pairs))."""
 
   def loss_fn(params, batch, won_UxG):
-    logp_RxA = sampling_logprobs(ts._logits(graphdef, params, batch), batch["targets"], scfg)
+    logp_RxA = sampling_logprobs(ts.action_logits(graphdef, params, batch), batch["targets"], scfg)
     m = batch["loss_mask"]
     valid = batch["valid"] > 0
     r_R = implicit_step_reward((logp_RxA * m).sum(-1), (batch["old_logp"] * m).sum(-1),
@@ -114,7 +114,7 @@ class IStar(base.Algorithm):
   name = "istar"
 
   def __init__(self):
-    self._fns = None
+    self._fns = {}  # (G, T) -> the jitted PRM gradient and update
 
   def init_aux(self, cfg, params) -> dict:
     s = cfg.algo.istar
@@ -122,11 +122,12 @@ class IStar(base.Algorithm):
     prm = jax.tree.map(jnp.copy, params)
     return {"prm": ts.init_state(prm, base.aux_optimizer(s.learning_rate, s.grad_clip))}
 
-  def _compile(self, ctx):
-    if self._fns is None:
+  def _compile(self, ctx, G: int, T: int):
+    """The PRM's jitted gradient and update for task groups of G episodes of T steps."""
+    if (G, T) not in self._fns:
       c, s = ctx.cfg, ctx.cfg.algo.istar
       loss_fn = _prm_loss_fn(ctx.graphdef, ctx.sampling_cfg, s.beta, c.rollout.tasks_per_iter,
-                             c.rollout.group_size, c.rollout.max_turns)
+                             G, T)
       tx = base.aux_optimizer(s.learning_rate, s.grad_clip)
       # The gradient of the trainable part only (a LoRA PRM's adapters; all of a full one).
       grad_t = jax.value_and_grad(
@@ -134,25 +135,26 @@ class IStar(base.Algorithm):
       grad = jax.jit(lambda p, b, w: grad_t(*lora.split(p), b, w))
       apply = jax.jit(lambda st, loss, g: ts.apply_update(tx, st, loss, g, {}),
                       donate_argnums=0)
-      self._fns = grad, apply
-    return self._fns
+      self._fns[G, T] = grad, apply
+    return self._fns[G, T]
 
   def prepare(self, ctx, it, groups_batch, params, aux) -> base.Prepared:
     c, s = ctx.cfg, ctx.cfg.algo.istar
     r = c.rollout
     t0 = time.perf_counter()
-    grad_fn, apply_fn = self._compile(ctx)
-    prm = aux["prm"]
     arrays = groups_batch.arrays
-    units = groups.group_units(groups_batch, r.max_turns)
+    _, G, T = arrays.mask_BxGxT.shape
+    grad_fn, apply_fn = self._compile(ctx, G, T)
+    prm = aux["prm"]
+    units = groups.group_units(groups_batch, T)
     won_BxG = arrays.rewards_BxG > 0
     r_BxGxT = np.zeros(arrays.mask_BxGxT.shape, np.float32)
     grads, loss_sum, pairs = None, 0.0, 0
-    for idx, batch in base.pack(units, rows_per_batch=max(s.batch_rows, r.group_size * r.max_turns),
+    for idx, batch in base.pack(units, rows_per_batch=max(s.batch_rows, G * T),
                                 units_per_batch=r.tasks_per_iter,
                                 seq_len=r.seq_len,
                                 action_len=r.max_action_tokens, pad_id=ctx.pad_id):
-      won_UxG = np.zeros((r.tasks_per_iter, r.group_size), bool)
+      won_UxG = np.zeros((r.tasks_per_iter, G), bool)
       won_UxG[:len(idx)] = won_BxG[idx]
       (ls, (r_R, n)), g = grad_fn(prm.params, ctx.to_device(batch), jnp.asarray(won_UxG))
       grads = g if grads is None else jax.tree.map(jnp.add, grads, g)

@@ -78,7 +78,7 @@ def _pair_scores(batch, s_R, num_pairs):
 
 
 def _row_scores(graphdef, scfg, params, batch):
-  logp_RxA = sampling_logprobs(ts._logits(graphdef, params, batch), batch["targets"], scfg)
+  logp_RxA = sampling_logprobs(ts.action_logits(graphdef, params, batch), batch["targets"], scfg)
   return sequence_logp(logp_RxA, batch["loss_mask"])
 
 

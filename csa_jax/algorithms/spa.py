@@ -69,10 +69,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from csa_jax import advantages as adv_lib
 from csa_jax import groups
 from csa_jax import train_step as ts
 from csa_jax.algorithms import base
+from csa_jax.estimators import discounted_returns
 
 # Exploration chunk k samples with jax.random.fold_in(key(seed), _EXPLORE_KEY + k).
 _EXPLORE_KEY = 7_000_000
@@ -106,7 +106,7 @@ def spa_advantages(step_rewards_BxGxT, mask_BxGxT, gamma, eps=1e-6):
   """Discounted returns standardised over the active steps of each group (unbiased std);
   0 where a group has fewer than 2 active steps or returns without spread."""
   mask = jnp.asarray(mask_BxGxT, bool)
-  ret = adv_lib.discounted_returns(step_rewards_BxGxT, mask, gamma)
+  ret = discounted_returns(step_rewards_BxGxT, mask, gamma)
   n = mask.sum((1, 2), keepdims=True)
   mean = jnp.where(mask, ret, 0.0).sum((1, 2), keepdims=True) / jnp.maximum(n, 1)
   dev = jnp.where(mask, ret - mean, 0.0)
