@@ -157,7 +157,7 @@ class AlgoConfig:
   dual_clip: float = 0.0  # 0 disables; DAPO/verl use 3.0
   loss_agg: str = "token-mean"
   # KL to the SFT policy (k3, GRPO's estimator). On by default: without it the tiny CPU
-  # policies drifted (more invalid actions, lower held-out success; README, "What makes
+  # policies drifted (more invalid actions, lower held-out success; docs/methods.md, "What makes
   # RL learn here"). DAPO and Dr.GRPO drop it in their papers; here every method keeps
   # the same anchor so that methods differ only in their advantages and losses.
   kl_coef: float = 0.05

@@ -52,7 +52,7 @@ full-parameter SFT of 1.5-8B models; demonstrations carry no reasoning, so SFT t
 the reasoning. Parameters are float32 master weights computed in bfloat16
 (verl's FSDP mixed precision does the same).
 
-Memory (the dry run's numbers are in the README, "Running at full size"): the 8B model
+Memory (the dry run's numbers are in docs/scale.md, "Running at full size"): the 8B model
 with float32 weights and AdamW state is 8.0e9 x 16 bytes = 120 GiB before activations, so
 it needs a mesh like 4x2 of 16 GiB devices with FSDP over 'data' and tensor parallelism
 over 'model' (csa_jax/mesh.py); the 1.5B model fits on one large GPU. The full-parameter
@@ -107,7 +107,7 @@ RECIPE_OPTIM = OptimConfig(learning_rate=1e-6, warmup_steps=0, weight_decay=0.01
 # The full-parameter presets' memory saver (module docstring): AdamW's first moment in
 # bfloat16. A bfloat16 KL reference (algo.ref_dtype) is built too but left off: the dry run
 # on the 8B preset measured it 1.87 GiB lighter in arguments and 3.37 GiB heavier in XLA's
-# temporaries (README, "LoRA and lighter full-parameter runs").
+# temporaries (docs/scale.md, "LoRA policies, and full-parameter runs that fit a 32 GiB slice").
 LEAN_REFERENCE, LEAN_MU = "", "bfloat16"
 # LoRA presets on a 4x2 mesh: rows per update pass and prompt rows per prefill pass that the
 # dry run fits in 16 GiB devices.
@@ -121,7 +121,7 @@ PROTOCOL_ENV_STEPS = 10_000
 
 # preset name -> (model shape, checkpoint, default mesh, rows per forward/backward pass,
 # prompt rows per prefill pass): the last two bound the update's and the sampler's
-# activations, sized by the dry run for the preset's mesh (README, "Running at full size").
+# activations, sized by the dry run for the preset's mesh (docs/scale.md, "Running at full size").
 SIZES = {
     "alfworld": ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "4x2", 4, 16),
     "alfworld_qwen1p5b": ("qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct", "1x1", 8, 8),

@@ -38,7 +38,7 @@ VARIANTS: dict[str, dict] = {
     "csa_lam0": GRPO | dict(estimator="csa", lam=0.0),
     "csa_lam1": GRPO | dict(estimator="csa", lam=1.0),
     "csa_gigpo": GRPO | dict(estimator="csa_gigpo", lam=0.5),
-    # The ablation behind the defaults (README, "What makes RL learn here"): GRPO as the
+    # The ablation behind the defaults (docs/methods.md, "What makes RL learn here"): GRPO as the
     # trainer ran it before, with no KL anchor, no invalid-action penalty and every agent
     # step weighted alike.
     "grpo_unanchored": GRPO | dict(kl_coef=0.0, invalid_penalty=0.0, row_weight="step"),

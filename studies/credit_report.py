@@ -19,7 +19,7 @@ import shutil
 import numpy as np
 
 from studies.credit_table import COLUMNS, ESTIMATORS, LABEL_MEANING, read_csv, write_csv
-from studies.report import _plt
+from studies.plots import pyplot
 
 METRIC_NAMES = {"spearman": "Spearman (all steps)", "spearman_failed": "Spearman (failed eps.)",
                 "spearman_won": "Spearman (won eps.)", "auc": "AUC progress vs rest"}
@@ -120,7 +120,7 @@ def plot_metrics(runs, g: int, png: str) -> None:
   """Every estimator's value of each metric at group size g, one row of panels per run,
   with 95% bootstrap intervals; a panel without data says n/a (no bars drawn as zero),
   and so does a single estimator without a value."""
-  plt = _plt()
+  plt = pyplot()
   from matplotlib.patches import Patch  # pylint: disable=import-outside-toplevel
   ests = list(ESTIMATORS)
   fig, axes = plt.subplots(len(runs), len(METRIC_NAMES), figsize=(4 * len(METRIC_NAMES), 2.9 * len(runs) + 0.5),
@@ -157,7 +157,7 @@ def plot_metrics(runs, g: int, png: str) -> None:
 
 def plot_vs_g(runs, png: str, show=("grpo", "rloo", "csa_lam0.5", "csa_lam1", "csa_step", "gigpo",
                                     "csa_gigpo")) -> None:
-  plt = _plt()
+  plt = pyplot()
   fig, axes = plt.subplots(len(runs), 2, figsize=(9, 2.9 * len(runs) + 0.5), squeeze=False)
   handles = {}
   for i, (meta, rows) in enumerate(runs):

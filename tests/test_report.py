@@ -8,14 +8,14 @@ import os
 import numpy as np
 import pytest
 
-from studies import report as R
+from studies import plots, report, runs
+from tests.test_stats import sign_p_ref, wilson_ref
 
 SEEDS = (0, 1, 2)
 METHODS = ("csa_dapo", "grpo", "csa")  # out of order on purpose; one name with "_"
 ITERS, EVAL_EVERY = 6, 2
 T975 = {1: 12.7062047, 2: 4.3026527, 4: 2.7764451, 9: 2.2621572, 15: 2.1314495456,
         30: 2.0422725}
-Z975 = 1.959963984540054  # the standard normal's 0.975 quantile
 
 
 def _write_run(runs_dir, name, cfg, lines, done=True):
@@ -82,7 +82,7 @@ def study(tmp_path_factory):
   _write_run(runs_dir, "csa_seed3", _cfg("csa_seed3", 3, "csa"), bad, done=False)
   (reports / "study" / "commands.txt").write_text("python -m studies.sweep --name study\n")
   (reports / "study" / "notes.md").write_text("CSA does not separate from GRPO here.\n")
-  R.main(["--name", "study", "--reports-dir", str(reports)])
+  report.main(["--name", "study", "--reports-dir", str(reports)])
   with open(reports / "study" / "summary.csv") as f:
     rows = {r["method"]: r for r in csv.DictReader(f)}
   return reports, lines, rows
@@ -112,19 +112,8 @@ def _check(row, prefix, x, bounds):
   assert float(row[f"{prefix}_ci_high"]) == pytest.approx(hi, abs=1e-6)
 
 
-@pytest.mark.parametrize("df", sorted(T975))
-def test_t_quantile_known_values(df):
-  assert R.t_quantile(0.975, df) == pytest.approx(T975[df], abs=1e-6)
-  assert R.t_quantile(0.025, df) == pytest.approx(-T975[df], abs=1e-6)
-
-
-def test_mean_ci_one_value_has_no_interval():
-  m, lo, hi = R.mean_ci([0.4, float("nan")])
-  assert m == 0.4 and math.isnan(lo) and math.isnan(hi)
-
-
 def test_order_methods():
-  assert R.order_methods({"zeta", "csa", "grpo", "alpha", "rloo", "sft"}) == \
+  assert runs.order_methods({"zeta", "csa", "grpo", "alpha", "rloo", "sft"}) == \
       ["grpo", "rloo", "csa", "alpha", "zeta"]
 
 
@@ -186,9 +175,9 @@ def test_learning_curve_aligns_iterations():
   def run(seed, xs, ys):
     steps = {i: {"perf/env_steps_total": x, "eval_sampled/success": y}
              for i, x, y in zip((2, 4, 6), xs, ys)}
-    return R.Run(f"grpo_seed{seed}", "grpo", seed, {}, steps)
-  x, m, lo, hi = R.learning_curve([run(0, (10, 20, 30), (0.5, 0.6, 0.7)),
-                                   run(1, (12, 22, 34), (0.7, 0.6, 0.9))], {0: 0.4, 1: 0.6})
+    return runs.Run(f"grpo_seed{seed}", "grpo", seed, {}, steps)
+  x, m, lo, hi = plots.learning_curve([run(0, (10, 20, 30), (0.5, 0.6, 0.7)),
+                                       run(1, (12, 22, 34), (0.7, 0.6, 0.9))], {0: 0.4, 1: 0.6})
   np.testing.assert_allclose(x, [0, 11, 21, 32])
   np.testing.assert_allclose(m, [0.5, 0.6, 0.6, 0.8])
   half = np.array([T975[1] * 0.1, T975[1] * 0.1, 0.0, T975[1] * 0.1])
@@ -199,7 +188,7 @@ def test_learning_curve_aligns_iterations():
 
 def test_plots_and_markdown(study):
   reports, _, rows = study
-  for png in R.PLOTS:
+  for png in plots.PLOTS:
     path = reports / "study" / png
     assert path.stat().st_size > 1000
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -218,68 +207,11 @@ def test_plots_and_markdown(study):
 
 def test_regenerating_gives_identical_files(study):
   reports, _, _ = study
-  names = [os.path.join("study", p) for p in ("summary.csv",) + R.PLOTS] + ["study.md"]
+  names = [os.path.join("study", p) for p in ("summary.csv",) + plots.PLOTS] + ["study.md"]
   before = {n: (reports / n).read_bytes() for n in names}
-  R.write_report(str(reports), "study")
+  report.write_report(str(reports), "study")
   assert {n: (reports / n).read_bytes() for n in names} == before
 
-
-# ----------------------------------------------------------------------------- proportions
-
-
-def _wilson_ref(k, n, z=Z975):
-  """The closed form (2k + z^2 +- z sqrt(z^2 + 4k(n - k)/n)) / (2(n + z^2))."""
-  root = z * math.sqrt(z * z + 4 * k * (n - k) / n)
-  return (2 * k + z * z - root) / (2 * (n + z * z)), (2 * k + z * z + root) / (2 * (n + z * z))
-
-
-@pytest.mark.parametrize("k,n", [(0, 10), (10, 10), (5, 10), (1, 100), (97, 100), (0, 1),
-                                 (143, 400)])
-def test_wilson_against_closed_form(k, n):
-  p, lo, hi = R.wilson(k, n)
-  assert p == k / n
-  ref = _wilson_ref(k, n)
-  assert (lo, hi) == pytest.approx((max(ref[0], 0.0), min(ref[1], 1.0)), abs=1e-9)
-  assert 0.0 <= lo <= p <= hi <= 1.0
-
-
-def test_wilson_tabulated():
-  # 0 of 10: the upper end 0.2775 of the 95% Wilson interval (e.g. Newcombe 1998, table I).
-  assert R.wilson(0, 10)[2] == pytest.approx(0.27753, abs=1e-5)
-  assert R.wilson(10, 10)[1] == pytest.approx(1 - 0.27753, abs=1e-5)
-  assert all(math.isnan(v) for v in R.wilson(0, 0))
-
-
-def _sign_p_ref(wins, losses):
-  """Sum of the Binomial(n, 1/2) probabilities of splits at least as far from n/2."""
-  from fractions import Fraction
-  n = wins + losses
-  far = abs(wins - Fraction(n, 2))
-  return float(sum(Fraction(math.comb(n, i), 2 ** n) for i in range(n + 1)
-                   if abs(i - Fraction(n, 2)) >= far))
-
-
-@pytest.mark.parametrize("wins,losses", [(5, 0), (0, 5), (3, 3), (0, 0), (12, 3), (1, 0),
-                                         (40, 61), (700, 640)])
-def test_sign_test_against_enumeration(wins, losses):
-  assert R.sign_test_p(wins, losses) == pytest.approx(_sign_p_ref(wins, losses), rel=1e-12)
-
-
-def test_sign_test_known_values():
-  assert R.sign_test_p(5, 0) == 0.0625  # 2 / 2^5: the smallest p five seeds can give
-  assert R.sign_test_p(3, 3) == 1.0 and R.sign_test_p(0, 0) == 1.0
-
-
-def test_mean_ci_is_cut_to_the_parameter_space():
-  x = [0.98, 1.0, 1.0, 0.9]
-  m, lo, hi = R.mean_ci(x)
-  assert hi > 1.0  # the plain t-interval reaches past 1 ...
-  assert R.mean_ci(x, bounds=(0.0, 1.0)) == (m, lo, 1.0)  # ... the rate's stops there
-  d = [-0.95, -1.0, -0.6]
-  m, lo, hi = R.mean_ci(d)
-  assert lo < -1.0 and R.mean_ci(d, bounds=(-1.0, 1.0)) == (m, -1.0, hi)
-  one = R.mean_ci([0.5], bounds=(0.0, 1.0))
-  assert one[0] == 0.5 and math.isnan(one[1]) and math.isnan(one[2])
 
 
 def test_committed_quickstart_upper_bound_stays_at_1():
@@ -307,41 +239,41 @@ def _ep(step, policy, index, success, split="test", length=5, ret=None):
 
 def test_parse_episodes_keys_and_conflicts():
   lines = [_ep(0, "eval_sampled", 0, 1), _ep(0, "eval_sampled", 1, 0), _ep(3, "eval", 0, 0)]
-  ev = R.parse_episodes(lines + [lines[0]])  # a resumed run's repeat is the same outcome
+  ev = runs.parse_episodes(lines + [lines[0]])  # a resumed run's repeat is the same outcome
   assert sorted(ev) == [("eval", 3), ("eval_sampled", 0)]
-  assert ev[("eval_sampled", 0)][("test", 0)] == R.Episode(1, 5, 1.0)
+  assert ev[("eval_sampled", 0)][("test", 0)] == runs.Episode(1, 5, 1.0)
   with pytest.raises(ValueError, match="two different outcomes"):
-    R.parse_episodes(lines + [_ep(0, "eval_sampled", 0, 0)])
+    runs.parse_episodes(lines + [_ep(0, "eval_sampled", 0, 0)])
   with pytest.raises(ValueError, match="0 or 1"):
-    R.parse_episodes([_ep(0, "eval", 0, 2)])
+    runs.parse_episodes([_ep(0, "eval", 0, 2)])
   with pytest.raises(ValueError, match="needs step, policy"):
-    R.parse_episodes([{"step": 0, "policy": "eval", "index": 0, "success": 1}])
+    runs.parse_episodes([{"step": 0, "policy": "eval", "index": 0, "success": 1}])
 
 
 def test_pairing_needs_the_same_tasks(tmp_path):
-  a = R.parse_episodes([_ep(5, "eval_sampled", i, 1) for i in range(4)]
+  a = runs.parse_episodes([_ep(5, "eval_sampled", i, 1) for i in range(4)]
                        + [_ep(0, "eval_sampled", i, 0) for i in range(4)])
-  b = R.parse_episodes([_ep(5, "eval_sampled", i, 0) for i in range(1, 5)])
+  b = runs.parse_episodes([_ep(5, "eval_sampled", i, 0) for i in range(1, 5)])
   with pytest.raises(ValueError, match=r"different tasks \(4 and 4; 1 only in the first, e.g. "
                                        r"\[\('test', 0\)\], 1 only in the second"):
-    R.pair_outcomes(a[("eval_sampled", 5)], b[("eval_sampled", 5)], "csa_seed0 vs grpo_seed0")
+    runs.pair_outcomes(a[("eval_sampled", 5)], b[("eval_sampled", 5)], "csa_seed0 vs grpo_seed0")
   # Same indices on another split are other tasks.
-  c = R.parse_episodes([_ep(5, "eval_sampled", i, 0, split="dev") for i in range(4)])
+  c = runs.parse_episodes([_ep(5, "eval_sampled", i, 0, split="dev") for i in range(4)])
   with pytest.raises(ValueError, match="different tasks"):
-    R.pair_outcomes(a[("eval_sampled", 5)], c[("eval_sampled", 5)], "x")
+    runs.pair_outcomes(a[("eval_sampled", 5)], c[("eval_sampled", 5)], "x")
   # The loading helper: an RL run's final step against its own step 0.
   for name, lines in (("a", [_ep(5, "eval_sampled", i, int(i < 3)) for i in range(4)]
                        + [_ep(0, "eval_sampled", i, int(i == 0)) for i in range(4)]),
                       ("b", [_ep(5, "eval_sampled", i, 0) for i in range(1, 5)])):
     (tmp_path / name / "eval").mkdir(parents=True)
-    (tmp_path / name / R.EPISODES_FILE).write_text("".join(json.dumps(l) + "\n" for l in lines))
-  assert R.load_pair(str(tmp_path / "a"), 5, str(tmp_path / "a"), 0) == [
+    (tmp_path / name / runs.EPISODES_FILE).write_text("".join(json.dumps(l) + "\n" for l in lines))
+  assert runs.load_pair(str(tmp_path / "a"), 5, str(tmp_path / "a"), 0) == [
       (("test", 0), 1, 1), (("test", 1), 1, 0), (("test", 2), 1, 0), (("test", 3), 0, 0)]
   with pytest.raises(ValueError, match="different tasks"):
-    R.load_pair(str(tmp_path / "a"), 5, str(tmp_path / "b"), 5)
+    runs.load_pair(str(tmp_path / "a"), 5, str(tmp_path / "b"), 5)
   with pytest.raises(ValueError, match="no eval_sampled evaluation at step 3"):
-    R.load_pair(str(tmp_path / "a"), 3, str(tmp_path / "a"), 0)
-  assert R.load_episodes(str(tmp_path / "none")) is None
+    runs.load_pair(str(tmp_path / "a"), 3, str(tmp_path / "a"), 0)
+  assert runs.load_episodes(str(tmp_path / "none")) is None
 
 
 def _task_ref(seeds):
@@ -363,23 +295,23 @@ def test_task_paired_against_numpy():
   for first in (0, 0, 6):  # two seeds on tasks 0-9, one on 6-15: 16 tasks, 4 shared by 3
     a, b = rng.integers(0, 2, 10), rng.integers(0, 2, 10)
     seeds.append([(("test", first + i), int(a[i]), int(b[i])) for i in range(10)])
-  out = R.task_paired(seeds)
+  out = runs.task_paired(seeds)
   n, m, lo, hi, wins, losses = _task_ref(seeds)
   assert (out["seeds"], out["tasks"], out["wins"], out["losses"]) == (3, n, wins, losses)
   assert (out["mean"], out["ci_low"], out["ci_high"]) == pytest.approx((m, lo, hi), abs=1e-9)
-  assert out["sign_p"] == pytest.approx(_sign_p_ref(wins, losses), rel=1e-12)
+  assert out["sign_p"] == pytest.approx(sign_p_ref(wins, losses), rel=1e-12)
   # One seed, every task the same outcome: a zero-width interval and p = 1.
-  same = R.task_paired([[(("test", i), 1, 1) for i in range(5)]])
+  same = runs.task_paired([[(("test", i), 1, 1) for i in range(5)]])
   assert (same["mean"], same["ci_low"], same["ci_high"], same["sign_p"]) == (0, 0, 0, 1.0)
 
 
 def test_episodes_must_agree_with_metrics():
-  eps = R.parse_episodes([_ep(0, "eval_sampled", i, int(i < 1)) for i in range(4)])
-  run = R.Run("sft_seed0", "sft", 0, {}, {0: {"eval_sampled/success": 0.5}}, "", eps)
+  eps = runs.parse_episodes([_ep(0, "eval_sampled", i, int(i < 1)) for i in range(4)])
+  run = runs.Run("sft_seed0", "sft", 0, {}, {0: {"eval_sampled/success": 0.5}}, "", eps)
   with pytest.raises(ValueError, match="success 0.5 in metrics.jsonl but 1 of 4"):
-    R.final_rate(run, "eval_sampled")
+    runs.final_rate(run, "eval_sampled")
   run.steps[0]["eval_sampled/success"] = 0.25
-  assert R.final_rate(run, "eval_sampled") == (0.25, 4.0, "episodes")
+  assert runs.final_rate(run, "eval_sampled") == (0.25, 4.0, "episodes")
 
 
 def test_without_episodes_the_report_uses_metrics(study):
@@ -390,13 +322,13 @@ def test_without_episodes_the_report_uses_metrics(study):
   r = per_run["csa_seed1"]
   assert r["source"] == "metrics" and r["sampled_episodes"] == "50"
   p = _final(lines[("csa", 1)], "eval_sampled/success")
-  ref = _wilson_ref(p * 50, 50)
+  ref = wilson_ref(p * 50, 50)
   assert float(r["sampled_success"]) == pytest.approx(p, abs=1e-8)
   assert (float(r["sampled_wilson_low"]), float(r["sampled_wilson_high"])) == \
       pytest.approx(ref, abs=1e-7)
   for m in METHODS:
     assert rows[m]["task_delta_vs_sft_mean"] == "" and rows[m]["horizon"] == ""
-  assert not (reports / "study" / R.HORIZON_PLOT).exists()
+  assert not (reports / "study" / plots.HORIZON_PLOT).exists()
   assert "per task" not in (reports / "study.md").read_text()
 
 
@@ -453,7 +385,7 @@ def _hz_rl_lines(rng, evals, auc=(0.95, 1.0)):
 def _hz_write(d, cfg, lines, evals, done=True):
   _write_run(d.parent, d.name, cfg, lines, done)
   (d / "eval").mkdir()
-  with open(d / R.EPISODES_FILE, "w") as f:
+  with open(d / runs.EPISODES_FILE, "w") as f:
     for step, by_policy in sorted(evals.items()):
       for policy, eps in by_policy.items():
         for (split, index), (s, l, r) in eps.items():
@@ -495,7 +427,7 @@ def horizon_study(tmp_path_factory):
   _hz_write(reports / "hz" / "runs" / "keydoor_h16" / "csa_state_seed2",
             {"env": {"kwargs": {"horizon": 16}}}, _hz_rl_lines(rng, bad), bad, done=False)
   (reports / "hz" / "notes.md").write_text("Predictions first.\n")
-  R.main(["--name", "hz", "--reports-dir", str(reports)])
+  report.main(["--name", "hz", "--reports-dir", str(reports)])
   with open(reports / "hz" / "summary.csv") as f:
     rows = list(csv.DictReader(f))
   return reports, data, rows
@@ -515,7 +447,7 @@ def test_horizon_summary_shape(horizon_study):
   reports, _, rows = horizon_study
   with open(reports / "hz" / "summary.csv") as f:
     header = next(csv.reader(f))
-  assert header == list(R.CSV_COLUMNS)
+  assert header == list(report.CSV_COLUMNS)
   for col in ("horizon", "task_delta_vs_sft_mean", "task_delta_vs_grpo_sign_p",
               "decisive_auc_ci_high", "iteration_s_mean", "adv_frac_of_iteration_mean",
               "rollout_episode_len_mean", "delta_vs_grpo_ci_high"):
@@ -553,7 +485,7 @@ def test_horizon_paired_deltas_within_a_horizon(horizon_study):
         assert n == 16  # seed 0 ran tasks 0-11, seed 1 tasks 4-15
         assert [float(row[f"{k}_{c}"]) for c in ("mean", "ci_low", "ci_high")] == \
             pytest.approx([mean, lo, hi], abs=1e-7)
-        assert float(row[f"{k}_sign_p"]) == pytest.approx(_sign_p_ref(wins, losses), rel=1e-7)
+        assert float(row[f"{k}_sign_p"]) == pytest.approx(sign_p_ref(wins, losses), rel=1e-7)
     assert by[("grpo", str(h))]["task_delta_vs_grpo_mean"] == "0"
 
 
@@ -591,7 +523,7 @@ def test_horizon_per_run_wilson(horizon_study):
     assert r["source"] == "episodes" and r["sampled_episodes"] == str(N_TASKS)
     assert r["horizon"] == str(HZ[r["family"]])
     assert (float(r["sampled_wilson_low"]), float(r["sampled_wilson_high"])) == \
-        pytest.approx(_wilson_ref(k, N_TASKS), abs=1e-7)
+        pytest.approx(wilson_ref(k, N_TASKS), abs=1e-7)
 
 
 def test_horizon_page_and_plots(horizon_study):
@@ -602,8 +534,8 @@ def test_horizon_page_and_plots(horizon_study):
   assert "| method | horizon | seeds |" in md and "vs GRPO per task" in md
   assert "decisive AUC" in md and "- RL environment-step budget (rl_env_steps): 800" in md
   assert "- per-episode outcomes (eval/episodes.jsonl): 12 of 12 runs" in md
-  assert f"![difference to GRPO against the horizon](hz/{R.HORIZON_PLOT})" in md
-  for png in R.PLOTS + (R.HORIZON_PLOT,):
+  assert f"![difference to GRPO against the horizon](hz/{plots.HORIZON_PLOT})" in md
+  for png in plots.PLOTS + (plots.HORIZON_PLOT,):
     assert (reports / "hz" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert str(reports) not in md
 
@@ -612,16 +544,16 @@ def test_horizon_regeneration_is_byte_for_byte(horizon_study, tmp_path):
   """Regenerating in place, or from a copy elsewhere, writes the same bytes."""
   import shutil
   reports, _, _ = horizon_study
-  names = [os.path.join("hz", p) for p in ("summary.csv", "per_run.csv") + R.PLOTS
-           + (R.HORIZON_PLOT,)] + ["hz.md"]
+  names = [os.path.join("hz", p) for p in ("summary.csv", "per_run.csv") + plots.PLOTS
+           + (plots.HORIZON_PLOT,)] + ["hz.md"]
   before = {n: (reports / n).read_bytes() for n in names}
-  R.write_report(str(reports), "hz")
+  report.write_report(str(reports), "hz")
   assert {n: (reports / n).read_bytes() for n in names} == before
   copy = tmp_path / "elsewhere"
   shutil.copytree(reports, copy)
   for n in names:
     (copy / n).unlink()
-  R.write_report(str(copy), "hz")
+  report.write_report(str(copy), "hz")
   assert {n: (copy / n).read_bytes() for n in names} == before
 
 
@@ -630,7 +562,7 @@ def test_a_run_whose_start_ran_other_tasks_is_an_error(horizon_study, tmp_path):
   reports, _, _ = horizon_study
   copy = tmp_path / "r"
   shutil.copytree(reports, copy)
-  path = copy / "hz" / "runs" / "keydoor_h4" / "grpo_seed0" / R.EPISODES_FILE
+  path = copy / "hz" / "runs" / "keydoor_h4" / "grpo_seed0" / runs.EPISODES_FILE
   lines = [json.loads(l) for l in path.read_text().splitlines()]
   for l in lines:
     if l["step"] == 0:
@@ -638,7 +570,7 @@ def test_a_run_whose_start_ran_other_tasks_is_an_error(horizon_study, tmp_path):
   path.write_text("".join(json.dumps(l) + "\n" for l in lines))
   with pytest.raises(ValueError, match="keydoor_h4/grpo_seed0 vs its SFT start: the two "
                                        "evaluations ran different tasks"):
-    R.write_report(str(copy), "hz")
+    report.write_report(str(copy), "hz")
 
 
 def test_one_family_layout_gives_the_same_rows(horizon_study, tmp_path):
@@ -648,9 +580,9 @@ def test_one_family_layout_gives_the_same_rows(horizon_study, tmp_path):
   reports, _, rows = horizon_study
   src = reports / "hz" / "runs" / "keydoor_h4"
   shutil.copytree(src, tmp_path / "reports" / "one" / "runs")
-  R.write_report(str(tmp_path / "reports"), "one")
+  report.write_report(str(tmp_path / "reports"), "one")
   with open(tmp_path / "reports" / "one" / "summary.csv") as f:
     one = list(csv.DictReader(f))
   expected = [r | {"family": ""} for r in rows if r["family"] == "keydoor_h4"]
   assert one == expected
-  assert (tmp_path / "reports" / "one" / R.HORIZON_PLOT).exists()  # one horizon, one tick
+  assert (tmp_path / "reports" / "one" / plots.HORIZON_PLOT).exists()  # one horizon, one tick
