@@ -128,8 +128,13 @@ class Sweep:
     return cmd
 
   def _has_checkpoint(self, run: Run) -> bool:
-    ckpt = os.path.join(self.work_root, run.name, "checkpoints")
-    return os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt))
+    """A checkpoint to resume from: an RL one, or SFT's progress (a run stopped during
+    SFT), as launch.py counts them."""
+    from csa_jax import sft_progress  # pylint: disable=import-outside-toplevel
+    workdir = os.path.join(self.work_root, run.name)
+    ckpt = os.path.join(workdir, "checkpoints")
+    return ((os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt)))
+            or sft_progress.exists(workdir))
 
   def _env(self) -> dict[str, str]:
     env = dict(os.environ)
