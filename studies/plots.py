@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from studies.runs import (SAMPLED, SFT, Run, csv_cell, final_rate, group_label, group_runs,
-                          order_methods)
+from studies.runs import (REFERENCES, SAMPLED, SFT, Run, csv_cell, final_rate, group_label,
+                          group_runs, order_methods)
 from studies.stats import NAN, RATE, band, paired_deltas, smooth
 
 PLOTS = ("learning_curves.png", "training_curves.png", "final_success.png")
@@ -140,7 +140,7 @@ def _curve_plot(rows: list[CurveRow], png: str, *, ylabel: str, title: str) -> N
 
 def _final_panel(ax, rows: list[dict[str, Any]], per_seed: dict[str, list[float]]) -> None:
   """Paired change from the SFT start per method: mean, 95% CI whiskers, each seed's dot."""
-  rows = [r for r in rows if r["method"] != SFT]
+  rows = [r for r in rows if r["method"] not in REFERENCES]
   methods = [r["method"] for r in rows]
   ax.axhline(0.0, color="black", lw=0.8)
   for i, r in enumerate(rows):
@@ -160,7 +160,7 @@ def plot_final(groups: list[tuple[str, list[dict[str, Any]], dict[str, list[floa
                png: str) -> None:
   """`_final_panel` per group (title, its summary rows, its per-seed deltas), side by side."""
   plt = pyplot()
-  width = sum(max(5.0, 0.7 * sum(r["method"] != SFT for r in rows) + 1.5)
+  width = sum(max(5.0, 0.7 * sum(r["method"] not in REFERENCES for r in rows) + 1.5)
               for _, rows, _ in groups)
   fig, axes = plt.subplots(1, len(groups), figsize=(width, 4.0), dpi=120, sharey=True,
                            squeeze=False)

@@ -48,10 +48,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from studies.plots import HORIZON_PLOT, PLOTS, figure_names, write_plots
-from studies.runs import (EPISODES_FILE, SFT, GroupKey, Pairs, Run, config_value, csv_cell,
-                          final_outcomes, group_label, group_runs, load_runs, order_methods,
-                          pair_outcomes, per_run_row, run_scalars, start_outcomes, table_order,
-                          task_paired)
+from studies.runs import (EPISODES_FILE, PROMPTED, REFERENCES, SFT, GroupKey, Pairs, Run,
+                          config_value, csv_cell, final_outcomes, group_label, group_runs,
+                          lead_methods, load_runs, order_methods, pair_outcomes, per_run_row,
+                          run_scalars, start_outcomes, table_order, task_paired)
 from studies.stats import DIFF, RATE, finite_mean, mean_ci, paired_deltas
 
 
@@ -121,6 +121,9 @@ def method_row(method: str, runs: dict[int, Run], sft: dict[int, Run],
                   DIFF)
   row |= _ci_cols("greedy_delta_vs_sft",
                   paired_deltas(greedy, _by_seed(sft_scal, "greedy_success")), DIFF)
+  if method == PROMPTED:  # the untrained model against the SFT start of its seed
+    return row | _task_cols("task_delta_vs_sft",
+                            [_pair_final(runs[s], sft.get(s)) for s in seeds])
   row |= _task_cols("task_delta_vs_sft", [_pair_start(runs[s], sft.get(s)) for s in seeds])
   if grpo is not None:
     grpo_sampled = {s: run_scalars(r)["sampled_success"] for s, r in grpo.items()}
@@ -142,12 +145,13 @@ def _pair_final(run: Run, other: Run | None) -> Pairs | None:
 
 
 def group_rows(key: GroupKey, runs: list[Run]) -> list[dict[str, Any]]:
-  """The rows of one (family, horizon): its SFT start first, then `METHOD_ORDER`."""
+  """The rows of one (family, horizon): the references first (the prompted model, the SFT
+  start), then `METHOD_ORDER`."""
   by_method: dict[str, dict[int, Run]] = {}
   for r in runs:
     by_method.setdefault(r.method, {})[r.seed] = r
   sft, grpo = by_method.get(SFT, {}), by_method.get("grpo")
-  rows = [method_row(SFT, sft, sft, None)] if sft else []
+  rows = [method_row(m, by_method[m], sft, None) for m in lead_methods(set(by_method))]
   rows += [method_row(m, by_method[m], sft, grpo) for m in order_methods(set(by_method))]
   family, horizon = key
   return [{"family": family, "horizon": horizon} | r for r in rows]
@@ -272,11 +276,11 @@ def inventory(runs: list[Run], unfinished: list[str]) -> str:
     seeds: dict[str, list[int]] = {}
     for r in group:
       seeds.setdefault(r.method, []).append(r.seed)
-    for m in ([SFT] if SFT in seeds else []) + order_methods(set(seeds)):
+    for m in lead_methods(set(seeds)) + order_methods(set(seeds)):
       cells = ([group_label(key, keys)] if labelled else []) + [
           m, ", ".join(map(str, sorted(seeds[m])))]
       lines.append("| " + " | ".join(cells) + " |")
-  rl = [r for r in runs if r.method != SFT] or runs
+  rl = [r for r in runs if r.method not in REFERENCES] or runs
   lines += ["",
             f"Unfinished runs ignored: {len(unfinished)}"
             + (f" ({', '.join(unfinished)})." if unfinished else "."),
@@ -328,9 +332,16 @@ RESULTS_TEXT = (
 )
 
 
-def results_text(shown: list[str]) -> str:
-  return " ".join(text for column, text in RESULTS_TEXT
-                  if any(column in header for header in shown))  # "" is in every header
+PROMPTED_TEXT = ("Prompted: the pretrained model with no training (`launch.py --prompted`), "
+                 "on the same held-out tasks; its \"vs SFT\" is it minus the SFT start of "
+                 "the same seed.")
+
+
+def results_text(shown: list[str], rows: list[dict[str, Any]]) -> str:
+  texts = [text for column, text in RESULTS_TEXT
+           if any(column in header for header in shown)]  # "" is in every header
+  return " ".join(texts + ([PROMPTED_TEXT] if any(r["method"] == PROMPTED for r in rows)
+                           else []))
 
 
 def markdown(name: str, study_dir: str, runs: list[Run], unfinished: list[str],
@@ -352,7 +363,7 @@ def markdown(name: str, study_dir: str, runs: list[Run], unfinished: list[str],
       "## Runs",
       inventory(runs, unfinished),
       "## Results",
-      results_text(shown_columns(rows)) + f" Also in `{name}/summary.csv`; each run's final "
+      results_text(shown_columns(rows), rows) + f" Also in `{name}/summary.csv`; each run's final "
       f"success with its 95% Wilson interval over episodes in `{name}/per_run.csv`.",
       markdown_table(rows),
       *[f"![{captions[os.path.basename(p)]}]({name}/{os.path.basename(p)})" for p in plots],

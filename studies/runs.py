@@ -3,7 +3,8 @@ per-episode evaluations, and the numbers each run contributes to its method's ro
 
 `RUNS/<method>_seed<k>/` (or `RUNS/FAMILY/<method>_seed<k>/` for a study of several
 families) holds `config.json`, `metrics.jsonl` and, where written, `eval/episodes.jsonl`;
-`sft_seed<k>` is seed k's SFT start. Only runs with a `DONE` file count.
+`sft_seed<k>` is seed k's SFT start, `prompted_seed<k>` the pretrained model with no training
+evaluated with seed k (`launch.py --prompted`). Only runs with a `DONE` file count.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ METHOD_ORDER = ("grpo", "dr_grpo", "rloo", "dapo", "gigpo", "istar", "spa", "spa
                 "mtdpo", "csa", "csa_state", "csa_valid", "csa_t0", "csa_routine", "csa_dapo",
                 "csa_gigpo", "csa_lam0", "csa_lam1")
 SFT = "sft"
+# The untrained model's evaluation (`launch.py --prompted`), a reference like the SFT start.
+PROMPTED = "prompted"
+REFERENCES = (PROMPTED, SFT)  # the rows before the methods, in this order
 SAMPLED, GREEDY = "eval_sampled", "eval"  # the evaluations' metric prefixes and policies
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
 _RUN_NAME = re.compile(r"^(?P<method>.+)_seed(?P<seed>\d+)$")
@@ -233,14 +237,20 @@ def table_order(runs: list[Run]) -> list[Run]:
   out = []
   for group in group_runs(runs).values():
     methods = {r.method for r in group}
-    for m in ([SFT] if SFT in methods else []) + order_methods(methods):
+    for m in lead_methods(methods) + order_methods(methods):
       out += sorted((r for r in group if r.method == m), key=lambda r: r.seed)
   return out
 
 
 def order_methods(methods: set[str]) -> list[str]:
+  """The trained methods among `methods` (the references left out)."""
   known = [m for m in METHOD_ORDER if m in methods]
-  return known + sorted(methods - set(METHOD_ORDER) - {SFT})
+  return known + sorted(methods - set(METHOD_ORDER) - set(REFERENCES))
+
+
+def lead_methods(methods: set[str]) -> list[str]:
+  """The references among `methods`, in the order the tables show them first."""
+  return [m for m in REFERENCES if m in methods]
 
 
 def config_value(config: dict[str, Any], key: str) -> Any:

@@ -62,14 +62,17 @@ class Run:
   seed: int
   overrides: tuple[str, ...]
   needs: str | None  # the SFT run this one starts from
+  prompted: bool = False  # `launch.py --prompted`: the untrained model's evaluation
 
 
 def plan(family: str | list[str], methods: list[str], seeds: list[int], extra: list[str],
-         work_root: str, by_family: bool = False) -> list[Run]:
+         work_root: str, by_family: bool = False, prompted: bool = False) -> list[Run]:
   """Seed-major: SFT of seed s, then its methods, then seed s + 1 (with several families,
   every family's runs of seed s before seed s + 1). With several families (or
   `by_family`) a run is named FAMILY/RUN, so each family's runs live in a folder of
-  their own and one study can hold several families (the horizons of experiments/keydoor.py)."""
+  their own and one study can hold several families (the horizons of experiments/keydoor.py).
+  With `prompted`, each seed begins with `prompted_seed<s>`: the pretrained model with no
+  training, evaluated like the SFT start (`launch.py --prompted`, the same overrides)."""
   families = [family] if isinstance(family, str) else list(family)
   by_family = by_family or len(families) > 1
   runs = []
@@ -77,6 +80,9 @@ def plan(family: str | list[str], methods: list[str], seeds: list[int], extra: l
     for fam in families:
       where = f"{fam}/" if by_family else ""
       sft = f"{where}sft_seed{s}"
+      if prompted:
+        runs.append(Run(f"{where}prompted_seed{s}", f"{fam}_grpo", s, (f"seed={s}", *extra),
+                        None, prompted=True))
       # rl_iterations=0 last: an `--set rl_iterations=N` meant for the RL runs must not
       # turn the SFT start into an RL run (the later override wins).
       runs.append(Run(sft, f"{fam}_grpo", s, (f"seed={s}", *extra, "rl_iterations=0"), None))
@@ -97,7 +103,7 @@ class Sweep:
     methods = [m for m in args.methods.split(",") if m]
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     self.runs = plan(args.family.split(","), methods, seeds, list(args.overrides),
-                     self.work_root, by_family=args.by_family)
+                     self.work_root, by_family=args.by_family, prompted=args.prompted)
     self._check_experiments()
 
   def _check_experiments(self) -> None:
@@ -122,13 +128,20 @@ class Sweep:
            "--workdir", workdir]
     for o in run.overrides:
       cmd += ["--set", o]
+    if run.prompted:  # one evaluation, no checkpoint: an interrupted one starts again
+      return cmd + ["--prompted"]
     if self._has_checkpoint(run):
       cmd.append("--resume")
     return cmd
 
   def _has_checkpoint(self, run: Run) -> bool:
-    ckpt = os.path.join(self.work_root, run.name, "checkpoints")
-    return os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt))
+    """A checkpoint to resume from: an RL one, or SFT's progress (a run stopped during
+    SFT), as launch.py counts them."""
+    from csa_jax import sft_progress  # pylint: disable=import-outside-toplevel
+    workdir = os.path.join(self.work_root, run.name)
+    ckpt = os.path.join(workdir, "checkpoints")
+    return ((os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt)))
+            or sft_progress.exists(workdir))
 
   def _env(self) -> dict[str, str]:
     env = dict(os.environ)
@@ -144,7 +157,7 @@ class Sweep:
     t0 = time.time()
     log = os.path.join(self.work_root, f"{run.name}.log")
     os.makedirs(os.path.dirname(log), exist_ok=True)
-    if not self._has_checkpoint(run):  # killed before its first checkpoint: start clean
+    if run.prompted or not self._has_checkpoint(run):  # killed before a checkpoint: anew
       shutil.rmtree(os.path.join(self.work_root, run.name), ignore_errors=True)
     with open(log, "a") as f:
       f.write("$ " + shlex.join(self.command(run)) + "\n")
@@ -266,6 +279,8 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
   p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                  help="config override for every run (repeatable)")
+  p.add_argument("--prompted", action="store_true",
+                 help="also evaluate the untrained pretrained model per seed (prompted_seedS)")
   p.add_argument("--commit", action="store_true", help="git-commit each finished run's files")
   p.add_argument("--runs-dir", default=os.path.join(ROOT, "runs"))
   p.add_argument("--reports-dir", default=os.path.join(ROOT, "reports"))

@@ -586,3 +586,54 @@ def test_one_family_layout_gives_the_same_rows(horizon_study, tmp_path):
   expected = [r | {"family": ""} for r in rows if r["family"] == "keydoor_h4"]
   assert one == expected
   assert (tmp_path / "reports" / "one" / plots.HORIZON_PLOT).exists()  # one horizon, one tick
+
+
+# ----------------------------------------------------------------------------- prompted row
+
+
+def test_prompted_row_is_a_reference_against_the_sft_start(tmp_path):
+  """prompted_seed<k> (launch.py --prompted: one step-0 evaluation) leads the table, before
+  the SFT start; its "vs SFT" pairs it with its seed's SFT start, by seed and per task; it
+  has no GRPO delta and its config (no RL settings) does not enter the budget lines."""
+  rng = np.random.default_rng(5)
+  reports = tmp_path / "reports"
+  root = reports / "pr" / "runs"
+  cfg = lambda name, s, its: {"name": name, "seed": s, "rl_iterations": its,
+                              "rollout": {"tasks_per_iter": 4, "group_size": 8},
+                              "eval": {"num_episodes": N_TASKS, "first_task": 0},
+                              "env": {"name": "keydoor", "kwargs": {"horizon": 4}}}
+  evals = {}
+  for s in HZ_SEEDS:
+    for m, p in (("prompted", 0.1), ("sft", 0.4)):
+      ev = {0: {q: _hz_episodes(rng, 0, p) for q in ("eval", "eval_sampled")}}
+      lines = [{"step": 0, "perf/env_steps_total": 0.0} | _hz_eval("eval", ev[0]["eval"])
+               | _hz_eval("eval_sampled", ev[0]["eval_sampled"])]
+      _hz_write(root / f"{m}_seed{s}", cfg(f"{m}_seed{s}", s, 1000 if m == "prompted" else 0),
+                lines, ev)
+      evals[(m, s)] = ev
+    ev = {0: evals[("sft", s)][0]} | {it: {q: _hz_episodes(rng, 0, 0.6)
+                                          for q in ("eval", "eval_sampled")} for it in (2, 4)}
+    _hz_write(root / f"grpo_seed{s}", cfg(f"grpo_seed{s}", s, 4), _hz_rl_lines(rng, ev), ev)
+  report.main(["--name", "pr", "--reports-dir", str(reports)])
+  with open(reports / "pr" / "summary.csv") as f:
+    rows = {r["method"]: r for r in csv.DictReader(f)}
+  assert list(rows) == ["prompted", "sft", "grpo"]
+  pr = rows["prompted"]
+  deltas = [_hz_rate(evals[("prompted", s)], 0) - _hz_rate(evals[("sft", s)], 0)
+            for s in HZ_SEEDS]
+  _check(pr, "delta_vs_sft", deltas, (-1, 1))
+  pairs = [_hz_pairs(evals[("prompted", s)][0]["eval_sampled"],
+                     evals[("sft", s)][0]["eval_sampled"]) for s in HZ_SEEDS]
+  per_task = np.mean([[a - b for _, a, b in p] for p in pairs], 0)  # the same 12 tasks
+  assert int(pr["task_delta_vs_sft_tasks"]) == len(per_task)
+  assert float(pr["task_delta_vs_sft_mean"]) == pytest.approx(per_task.mean(), abs=1e-7)
+  wins, losses = (sum(a > b for p in pairs for _, a, b in p),
+                  sum(a < b for p in pairs for _, a, b in p))
+  assert (int(pr["task_delta_vs_sft_wins"]), int(pr["task_delta_vs_sft_losses"])) == \
+      (wins, losses)
+  assert pr["delta_vs_grpo_mean"] == "" and pr["credit_spearman_mean"] == ""
+  page = (reports / "pr.md").read_text()
+  assert report.PROMPTED_TEXT in page
+  assert "RL iterations per run: 4," in page  # the prompted runs' 1000 left out
+  inventory = page[page.index("## Runs"):page.index("## Results")]
+  assert inventory.index("| prompted |") < inventory.index("| sft |") < inventory.index("| grpo |")

@@ -26,6 +26,22 @@ def test_plan_is_seed_major_and_pairs_methods_on_one_sft_start(tmp_path):
     assert f"sft.init_from={tmp_path / 'sft_seed0'}" in r.overrides
 
 
+def test_prompted_runs_lead_each_seed_and_need_no_sft_start(tmp_path):
+  runs = sweep.plan("keydoor_h4", ["csa"], [0, 1], ["x=1"], str(tmp_path), prompted=True)
+  assert [r.name for r in runs] == ["prompted_seed0", "sft_seed0", "csa_seed0",
+                                    "prompted_seed1", "sft_seed1", "csa_seed1"]
+  pr = runs[0]
+  assert pr.prompted and pr.needs is None and pr.overrides == ("seed=0", "x=1")
+  args = sweep.parse_args(["--family", "keydoor_h4", "--methods", "csa", "--seeds", "1",
+                           "--name", "st", "--prompted", "--runs-dir", str(tmp_path / "runs"),
+                           "--reports-dir", str(tmp_path / "reports")])
+  sw = sweep.Sweep(args)
+  cmd = sw.command(sw.runs[0])
+  assert cmd[-1] == "--prompted" and "--resume" not in cmd
+  assert cmd[cmd.index("--exp") + 1] == "keydoor_h4_grpo"
+  assert "rl_iterations=0" not in cmd and "--prompted" not in sw.command(sw.runs[1])
+
+
 def test_several_families_are_one_study_with_a_folder_each(tmp_path):
   runs = sweep.plan(["keydoor_h4", "keydoor_h48"], ["csa"], [0, 1], [], str(tmp_path))
   assert [r.name for r in runs] == [
