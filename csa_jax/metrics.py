@@ -12,6 +12,9 @@ import os
 import sys
 from typing import Any, Sequence
 
+import numpy as np
+
+from csa_jax import distributed as dist
 from csa_jax.rollout import Trajectory
 
 
@@ -59,6 +62,34 @@ def episode_records(trajs, step: int, policy: str) -> list[dict[str, Any]]:
   return [{"step": int(step), "policy": policy, "split": tr.task[0], "index": int(tr.task[1]),
            "success": int(bool(tr.won)), "length": int(tr.length),
            "return": float(sum(st.reward for st in tr.steps))} for tr in trajs]
+
+
+def gathered_episode_metrics(trajs, prefix: str) -> dict[str, float]:
+  """`episode_metrics` over every process's episodes (their sums, then the rates)."""
+  sums = episode_sums(trajs)
+  if dist.multi():
+    keys = sorted(sums)
+    total = dist.reduce_sum(np.asarray([sums[k] for k in keys], np.int64))
+    sums = {k: int(v) for k, v in zip(keys, total)}
+  return episode_rates(sums, prefix)
+
+
+def gathered_episode_records(trajs, step: int, policy: str) -> list[dict]:
+  """`episode_records` of every process's episodes, in process order (each process
+  plays a share of one split's tasks, so the split is the same everywhere)."""
+  records = episode_records(trajs, step, policy)
+  if not dist.multi():
+    return records
+  cols = {k: dist.gather_concat(np.asarray([r[k] for r in records], np.float64))
+          for k in ("index", "success", "length", "return")}
+  split = records[0]["split"] if records else ""
+  splits = [s for s in dist.gather_concat(np.frombuffer(split.encode().ljust(64), np.uint8)
+                                          ).reshape(-1, 64)]
+  split = next((bytes(s).decode().strip() for s in splits if bytes(s).strip()), "")
+  return [{"step": int(step), "policy": policy, "split": split, "index": int(i),
+           "success": int(w), "length": int(n), "return": float(g)}
+          for i, w, n, g in zip(cols["index"], cols["success"], cols["length"],
+                                cols["return"])]
 
 
 def write_episodes(path: str, records: list[dict[str, Any]]) -> None:

@@ -197,7 +197,7 @@ def evaluate(saved: SavedPolicy) -> dict[str, Any]:
   greedy and sampled as eval.greedy / eval.sampled say: metrics, and one record per
   episode as the run's own eval/episodes.jsonl holds them (metrics.episode_records, at
   step 0 for the SFT weights), so the two compare task by task."""
-  from csa_jax import distributed as dist  # pylint: disable=import-outside-toplevel
+  from csa_jax import metrics as metrics_lib  # pylint: disable=import-outside-toplevel
   from csa_jax.evaluation import evaluate as trainer_evaluate  # pylint: disable=import-outside-toplevel
   c = saved.cfg
   step = 0 if saved.step in ("sft", "prompted") else int(saved.step)
@@ -211,8 +211,8 @@ def evaluate(saved: SavedPolicy) -> dict[str, Any]:
       m, trajs = trainer_evaluate(pool, _sampler(saved, greedy), saved.tok, c,
                                   f"step {saved.step} ({prefix})", prefix, saved.fmt)
       out["metrics"] |= m
-      # Every process's episodes, as the trainer writes them (dist.episode_records).
-      out["episodes"] += dist.episode_records(trajs, step, prefix)
+      # Every process's episodes, as the trainer writes them (metrics.gathered_episode_records).
+      out["episodes"] += metrics_lib.gathered_episode_records(trajs, step, prefix)
   return out
 
 

@@ -29,6 +29,7 @@ from csa_jax import algorithms
 from csa_jax import credit
 from csa_jax import data as data_lib
 from csa_jax import distributed as dist
+from csa_jax import metrics as metrics_lib
 from csa_jax import groups
 from csa_jax import loggers
 from csa_jax import mesh as mesh_lib
@@ -247,7 +248,7 @@ class Trainer:
     m |= dist.env_steps_by_process(played)
     if batch is None:  # every group uniform: nothing to learn from this round
       return state, m | {"perf/update_skipped": 1.0}
-    m |= dist.episode_metrics(batch.trajs, "rollout")
+    m |= metrics_lib.gathered_episode_metrics(batch.trajs, "rollout")
     arrays = batch.arrays
     with self.perf.phase("adv"):
       prep = self.algo.prepare(self.ctx, it, batch, state.params, self.aux)
@@ -353,7 +354,7 @@ class Trainer:
       m, trajs = evaluate(self.pool, policy, self.tok, c, f"{label} ({prefix})", prefix,
                           self.fmt, num_episodes=n)
       out |= m
-      episodes += dist.episode_records(trajs, step, prefix)
+      episodes += metrics_lib.gathered_episode_records(trajs, step, prefix)
     return out | self._oracle_probs(step, n), episodes
 
   def _oracle_probs(self, step: int, n: int | None = None) -> dict:

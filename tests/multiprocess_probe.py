@@ -16,6 +16,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from csa_jax import distributed as dist  # noqa: E402
+from csa_jax import metrics as metrics_lib  # noqa: E402
 from tests.factories import episode, step  # noqa: E402
 
 
@@ -38,7 +39,7 @@ def main() -> int:
       "share": dist.share(list(range(10)), unit=2), "share_count": dist.share_count(5),
       "mine": mine.tolist(), "gathered": dist.gather_concat(mine).tolist(),
       "sum": dist.reduce_sum(np.asarray([1.5 + k, 2**40 + k], np.float64)).tolist(),
-      "episodes": dist.episode_metrics(trajs, "x"),
+      "episodes": metrics_lib.gathered_episode_metrics(trajs, "x"),
       "whole_sum": np.asarray(summed).tolist(), "local_sum": int(local_sum),
       "rows": len(rows), "local_bs": bs,
       "sampler_devices": sorted(d.id for d in sampler.mesh.devices.flat),
