@@ -1,7 +1,7 @@
 """Metrics (host side): what the proposal measures, and where it is written.
 
 - success rate and episode length of a set of trajectories;
-- the JSONL files a run writes (csa_jax/loggers.py writes them): per-episode outcomes
+- the JSONL files a run writes (csa_jax/run/loggers.py writes them): per-episode outcomes
   (`EPISODES_FILE`), how they are replaced and read back.
 """
 
@@ -14,8 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from csa_jax import distributed as dist
-from csa_jax.rollout import Trajectory
+from csa_jax.distributed import processes as dist
+from csa_jax.rollout.episodes import Trajectory
 
 
 def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
@@ -24,7 +24,7 @@ def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float
 
 def episode_sums(trajs: Sequence[Trajectory]) -> dict[str, int]:
   """The integer counts the episode metrics are ratios of (summed across processes by
-  csa_jax/distributed.py before the ratios are taken)."""
+  csa_jax/distributed/processes.py before the ratios are taken)."""
   steps = [s for t in trajs for s in t.steps]
   return {"episodes": len(trajs), "won": sum(t.won for t in trajs),
           "length": sum(t.length for t in trajs), "steps": len(steps),
@@ -51,7 +51,7 @@ def episode_rates(sums: dict[str, int], prefix: str) -> dict[str, float]:
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
 EPISODE_KEYS = ("step", "policy", "split", "index", "success", "length", "return")
 # Per held-out task, the probability of the oracle action at its first step
-# (csa_jax/evaluation.py, OracleProbs): step, policy ("eval_oracle"), split, index, prob.
+# (csa_jax/rollout/evaluation.py, OracleProbs): step, policy ("eval_oracle"), split, index, prob.
 ORACLE_FILE = os.path.join("eval", "oracle_probs.jsonl")
 
 

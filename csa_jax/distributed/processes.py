@@ -33,7 +33,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 
-from csa_jax import mesh as mesh_lib
+from csa_jax.distributed import mesh as mesh_lib
 
 
 def process_index() -> int:
