@@ -81,12 +81,12 @@ def packaged_dir(name: str) -> str:
 def checkpoint_model(model_path: str, model: ModelConfig) -> ModelConfig:
   """The shape of the checkpoint in `model_path` (its config.json), with `model`'s dtypes,
   remat, scanned layers and LoRA."""
-  from csa_jax.model import hf  # pylint: disable=import-outside-toplevel
+  from csa_jax.model import hf_config  # pylint: disable=import-outside-toplevel
   try:
-    shape = hf.config_from_hf(hf.read_config(model_path), dtype=model.dtype,
-                              param_dtype=model.param_dtype,
-                              source=os.path.join(model_path, hf.CONFIG_FILE))
-  except hf.HFCheckpointError as e:
+    shape = hf_config.config_from_hf(hf_config.read_config(model_path), dtype=model.dtype,
+                                     param_dtype=model.param_dtype,
+                                     source=os.path.join(model_path, hf_config.CONFIG_FILE))
+  except hf_config.HFCheckpointError as e:
     raise ConfigError(f"model_path {model_path}: {str(e).splitlines()[0]}") from None
   return shape.replace(remat=model.remat, scan_layers=model.scan_layers, lora=model.lora)
 

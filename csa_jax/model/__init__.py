@@ -1,7 +1,8 @@
 """Policy model: Llama 3 / Qwen2 decoder in Flax NNX (see decoder.py), LoRA (lora.py), the
-Hugging Face checkpoint loader / exporter (hf.py) and GGUF import (gguf.py); the tokenizer
-(tokenizer.py), the batched KV-cache sampler (sampling.py), and a chat function over a
-local checkpoint for environments whose other party is a frozen model (chat.py).
+Hugging Face checkpoint loader / exporter (hf.py, its config.json in hf_config.py) and GGUF
+import (gguf.py); the tokenizer (tokenizer.py), the batched KV-cache sampler (sampling.py),
+and a chat function over a local checkpoint for environments whose other party is a frozen
+model (chat.py).
 
 The configs are imported with the package; the decoder and the loader (flax, jax) on first
 use of one of their names, so that code that only reads configs (launch.py --list, a bad
@@ -13,9 +14,10 @@ from csa_jax.model.config import Llama3RopeScaling, LoRAConfig, ModelConfig
 
 _LAZY = {name: "csa_jax.model.decoder" for name in
          ("CACHE_AXES", "Decoder", "KVCache", "default_positions", "token_logprobs")}
+_LAZY.update({name: "csa_jax.model.hf_config" for name in
+              ("HFCheckpointError", "config_from_hf", "config_to_hf")})
 _LAZY.update({name: "csa_jax.model.hf" for name in
-              ("HFCheckpointError", "config_from_hf", "config_to_hf", "from_pretrained",
-               "load_model", "save_pretrained")})
+              ("from_pretrained", "load_model", "save_pretrained")})
 
 __all__ = ["CACHE_AXES", "Decoder", "HFCheckpointError", "KVCache",
            "Llama3RopeScaling", "LoRAConfig", "ModelConfig", "config_from_hf",

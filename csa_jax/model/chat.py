@@ -1,6 +1,7 @@
 """A chat function over a local Hugging Face checkpoint, through the project's own loader
-(`csa_jax.model.hf.from_pretrained`) and KV-cache sampler (`csa_jax.model.sampling.sample`): used
-by environments whose other party is played by a frozen model (tau-bench's user). The
+(`csa_jax.model.hf.from_pretrained`) and KV-cache sampler
+(`csa_jax.model.sampling.sample`): used by environments whose other party is played by a
+frozen model (tau-bench's user). The
 environments never import it: they load the function a `module:function` name gives
 (`environments.taubench_env`'s `user_chat`, this one by default), so the ground floor does
 not depend on the policy code above it.

@@ -45,7 +45,7 @@ from csa_jax import pretrained
 from csa_jax.config import ExperimentConfig, micro_batches
 from csa_jax.distributed import mesh as mesh_lib
 from csa_jax.model import Decoder, ModelConfig
-from csa_jax.model import hf, lora
+from csa_jax.model import hf_config, lora
 from csa_jax.model import sampling
 from csa_jax.model.decoder import CACHE_AXES, cache_shape, cache_shardings
 from csa_jax.update import train_step as ts
@@ -97,7 +97,7 @@ def model_config(cfg: ExperimentConfig) -> tuple[ModelConfig, str]:
   if not cfg.model_path:
     return cfg.model, "experiment's model"
   return (pretrained.checkpoint_model(cfg.model_path, cfg.model),
-          os.path.join(cfg.model_path, hf.CONFIG_FILE))
+          os.path.join(cfg.model_path, hf_config.CONFIG_FILE))
 
 
 def _bytes_per_device(tree: Any) -> int:
