@@ -1,5 +1,6 @@
 """Held-out evaluation: one episode per task of the evaluation split (shared across
-processes), its rates and its episodes; and the table a run prints at the end."""
+processes), its rates and its episodes; a run's evaluation policies with their fixed keys
+(`HeldOut`); and the table a run prints at the end."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from csa_jax.model.sampling import sampling_logprobs
 from csa_jax.rollout import episodes as rollout_lib
 from csa_jax.rollout import metrics as metrics_lib
 from csa_jax.rollout import prompts
+from csa_jax.rollout.policy import SamplerPolicy, sampling_config
 from csa_jax.rollout.sft_rows import action_target
 from csa_jax.update import data as data_lib
 from csa_jax.update import train_step as ts
@@ -90,6 +92,58 @@ class OracleProbs:
     """One line per task for eval/oracle_probs.jsonl."""
     return [{"step": int(step), "policy": "eval_oracle", "split": self.split,
              "index": self.first + i, "prob": float(p)} for i, p in enumerate(probs)]
+
+
+class HeldOut:
+  """A run's held-out evaluations: greedy actions ("eval/", eval.greedy) and sampled ones
+  ("eval_sampled/", eval.sampled: the policy RL optimises), and the oracle action's
+  probability (eval.oracle_prob). Every evaluation samples with the same keys: SFT and RL
+  are compared on common random numbers (and task by task), and an evaluation depends on
+  nothing but the parameters (`live`'s, as the samplers read them)."""
+
+  def __init__(self, graphdef, live, tok, cfg: ExperimentConfig, fmt: prompts.PromptFormat,
+               key: jax.Array, writer):
+    c = self.cfg = cfg
+    self.tok, self.fmt, self.live, self.writer = tok, fmt, live, writer
+    self.policies: dict[str, SamplerPolicy] = {}
+    for prefix, greedy, on in (("eval", True, c.eval.greedy),
+                               ("eval_sampled", False, c.eval.sampled)):
+      if on:
+        self.policies[prefix] = SamplerPolicy(
+            graphdef, live.params, tok, c, greedy=greedy,
+            key=dist.process_key(jax.random.fold_in(key, 2 + greedy)), mesh=live.mesh,
+            temperature=c.eval.temperature)
+    self.keys = {k: p.key for k, p in self.policies.items()}
+    self.oracle = OracleProbs(graphdef, tok, c, fmt, sampling_config(
+        c, tok, greedy=False, temperature=c.eval.temperature)) if c.eval.oracle_prob else None
+
+  def __call__(self, pool, label: str, step: int, every: bool = False
+               ) -> tuple[dict, list[dict]]:
+    """(rates, per-episode records) of every held-out evaluation, and the oracle action's
+    probabilities (written here). `every`: an intermediate one (eval.every_episodes tasks,
+    greedy only with eval.every_greedy)."""
+    c = self.cfg
+    out, episodes = {}, []
+    n = (c.eval.every_episodes or None) if every else None
+    for prefix, key in self.keys.items():
+      if every and prefix == "eval" and not c.eval.every_greedy:
+        continue
+      policy = self.policies[prefix]
+      policy.key = key
+      m, trajs = evaluate(pool, policy, self.tok, c, f"{label} ({prefix})", prefix,
+                          self.fmt, num_episodes=n)
+      out |= m
+      episodes += metrics_lib.gathered_episode_records(trajs, step, prefix)
+    return out | self.oracle_probs(step, n), episodes
+
+  def oracle_probs(self, step: int, n: int | None = None) -> dict:
+    """The oracle action's mean probability over n held-out tasks (all: None), its
+    per-task records written; nothing without eval.oracle_prob."""
+    if self.oracle is None:
+      return {}
+    probs = self.oracle(self.live.params(), n)
+    self.writer.oracle_probs(self.oracle.records(probs, step))
+    return {"eval_oracle/prob": float(probs.mean()), "eval_oracle/tasks": len(probs)}
 
 
 def summary_table(summary: dict[str, Any], split: str) -> str:

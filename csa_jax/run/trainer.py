@@ -37,7 +37,7 @@ from csa_jax.model.tokenizer import Tokenizer, train_bpe
 from csa_jax.rollout import episodes as rollout_lib
 from csa_jax.rollout import groups
 from csa_jax.rollout import metrics as metrics_lib
-from csa_jax.rollout.evaluation import OracleProbs, evaluate
+from csa_jax.rollout.evaluation import HeldOut
 from csa_jax.rollout.policy import BuiltPolicy, SamplerPolicy, build_policy, sampling_config
 from csa_jax.rollout.setup_checks import SetupError, check_budgets, check_processes
 from csa_jax.rollout.sft_rows import demo_corpus, demo_rows, load_demos
@@ -103,9 +103,8 @@ class Trainer:
     # method may use (`_context`); the RL loop's progress bar.
     self.pool = self.tok = self.fmt = self.graphdef = self.tx = None
     self.ref_params = self.ctx = self.bar = None
-    self.policies: dict[str, SamplerPolicy] = {}  # rollout, eval (greedy), eval_sampled
-    self.eval_keys: dict[str, jax.Array] = {}  # the evaluations' fixed keys
-    self.oracle: OracleProbs | None = None  # the oracle action's probability (eval.oracle_prob)
+    self.rollout_policy: SamplerPolicy | None = None
+    self.held_out: HeldOut | None = None  # the held-out evaluations' policies and keys
 
   # -- set-up --------------------------------------------------------------------------
 
@@ -145,22 +144,12 @@ class Trainer:
     self.aux = self.algo.init_aux(c, state.params)  # also the template to restore into
     self.live.update(state.params)
     key = jax.random.key(c.seed)
-    # Rollouts sample at the rollout temperature; held-out evaluation takes greedy actions
-    # ("eval/") and, if asked, sampled ones ("eval_sampled/"), the policy RL optimises.
-    self.policies = {"rollout": SamplerPolicy(
+    # Rollouts sample at the rollout temperature (key 1); held-out evaluation with keys of
+    # its own (2, 3).
+    self.rollout_policy = SamplerPolicy(
         self.graphdef, self.live.params, self.tok, c, greedy=False,
-        key=dist.process_key(jax.random.fold_in(key, 1)), mesh=self.live.mesh)}
-    for prefix, greedy, on in (("eval", True, c.eval.greedy),
-                               ("eval_sampled", False, c.eval.sampled)):
-      if on:
-        self.policies[prefix] = SamplerPolicy(
-            self.graphdef, self.live.params, self.tok, c, greedy=greedy,
-            key=dist.process_key(jax.random.fold_in(key, 2 + greedy)), mesh=self.live.mesh,
-            temperature=c.eval.temperature)
-    self.eval_keys = {k: p.key for k, p in self.policies.items() if k != "rollout"}
-    if c.eval.oracle_prob:
-      self.oracle = OracleProbs(self.graphdef, self.tok, c, self.fmt, sampling_config(
-          c, self.tok, greedy=False, temperature=c.eval.temperature))
+        key=dist.process_key(jax.random.fold_in(key, 1)), mesh=self.live.mesh)
+    self.held_out = HeldOut(self.graphdef, self.live, self.tok, c, self.fmt, key, self.writer)
     meta = {"phase": "start", "iteration": 0}
     if self.resume and self.ckpt.latest_step() is not None:  # else SFT's progress, if any
       state, meta = self._restore(state)
@@ -336,36 +325,6 @@ class Trainer:
     if self.cfg.rl_iterations > 0 and meta["phase"] != "done":
       self._final_evaluation(state, last)
 
-  def _evaluate_all(self, label: str, step: int, every: bool = False
-                    ) -> tuple[dict, list[dict]]:
-    """(rates, per-episode records) of every held-out evaluation, and the oracle action's
-    probabilities (eval.oracle_prob; written here). Every evaluation samples with the
-    same keys: SFT and RL are compared on common random numbers (and task by task), and
-    an evaluation depends on nothing but the parameters. `every`: an intermediate one
-    (eval.every_episodes tasks, greedy only with eval.every_greedy)."""
-    c = self.cfg
-    out, episodes = {}, []
-    n = (c.eval.every_episodes or None) if every else None
-    for prefix, key in self.eval_keys.items():
-      if every and prefix == "eval" and not c.eval.every_greedy:
-        continue
-      policy = self.policies[prefix]
-      policy.key = key
-      m, trajs = evaluate(self.pool, policy, self.tok, c, f"{label} ({prefix})", prefix,
-                          self.fmt, num_episodes=n)
-      out |= m
-      episodes += metrics_lib.gathered_episode_records(trajs, step, prefix)
-    return out | self._oracle_probs(step, n), episodes
-
-  def _oracle_probs(self, step: int, n: int | None = None) -> dict:
-    """The oracle action's mean probability over n held-out tasks (all: None), its
-    per-task records written; nothing without eval.oracle_prob."""
-    if self.oracle is None:
-      return {}
-    probs = self.oracle(self.live.params(), n)
-    self.writer.oracle_probs(self.oracle.records(probs, step))
-    return {"eval_oracle/prob": float(probs.mean()), "eval_oracle/tasks": len(probs)}
-
   def _sft_phase(self, state, records):
     """The SFT parameters (`_sft_stage`) and their held-out evaluation; the train state
     RL starts from, checkpointed as iteration 0."""
@@ -375,9 +334,9 @@ class Trainer:
     self.aux = self.algo.init_aux(c, state.params)
     self.live.update(state.params)
     if m is None:
-      m, episodes = self._evaluate_all("SFT", 0)
+      m, episodes = self.held_out(self.pool, "SFT", 0)
     else:  # an SFT start's copied evaluation: its oracle probabilities too
-      m = m | self._oracle_probs(0)
+      m = m | self.held_out.oracle_probs(0)
     # workdir/sft: the KL reference, and the start of any run naming this one in
     # `sft.init_from` (which copies its evaluation, episodes included).
     if self.sft_ckpt.latest_step() is None:
@@ -409,7 +368,7 @@ class Trainer:
           raise Interrupted(requested, self.ckpt.directory, it)
         self.perf.reset(checkpoint_s=self.save_s)
         self.save_s = 0.0
-        state, m = self._rl_iteration(it, self.pool, self.policies["rollout"], rl_step, state,
+        state, m = self._rl_iteration(it, self.pool, self.rollout_policy, rl_step, state,
                                       self.ref_params)
         self.live.update(state.params)
         last = it + 1
@@ -430,7 +389,7 @@ class Trainer:
     del state  # the samplers read the live parameters
     if it < self.cfg.rl_iterations:
       with self.perf.phase("eval"):
-        em, episodes = self._evaluate_all(f"it {it}", it, every=True)
+        em, episodes = self.held_out(self.pool, f"it {it}", it, every=True)
       m |= em
       self.writer.episodes(episodes)
 
@@ -453,7 +412,7 @@ class Trainer:
     self.save_s = time.perf_counter() - t0
 
   def _final_evaluation(self, state, last: int) -> None:
-    m, episodes = self._evaluate_all("RL", last)
+    m, episodes = self.held_out(self.pool, "RL", last)
     self.writer.episodes(episodes)
     self.summary["rl"] = m
     self.writer.write(last, m | {"perf/env_steps_total": self.env_steps})
@@ -473,12 +432,12 @@ class Trainer:
     and evaluation keys are fixed, so neither needs saving."""
     meta = meta | {"env_steps": self.env_steps, "np_rng": self.np_rng.bit_generator.state,
                    "summary": self.summary, "nonfinite": self.guard.state(),
-                   "rollout_key": self.policies["rollout"].key_state(),
+                   "rollout_key": self.rollout_policy.key_state(),
                    "processes": dist.process_count(), "pack_counts": self.pack_counts}
     if self.cfg.model.lora.enabled:  # the checkpoint holds the adapters; this, the base
       meta["lora_base"] = self.cfg.model_path or f"from scratch, seed {self.cfg.seed}"
     if dist.multi():  # each process's own sampler stream; the meta is process 0's
-      keys = dist.gather_concat(np.asarray(self.policies["rollout"].key_state(), np.uint32))
+      keys = dist.gather_concat(np.asarray(self.rollout_policy.key_state(), np.uint32))
       meta["rollout_keys"] = keys.reshape(dist.process_count(), -1).tolist()
     self.ckpt.save(step, algorithms.pack_state(state, self.aux),
                    json.loads(json.dumps(meta, default=float)))
@@ -514,7 +473,7 @@ class Trainer:
     self.pack_counts = {k: list(v) for k, v in meta["pack_counts"].items()}
     self.summary = meta["summary"]
     self.guard.load(meta["nonfinite"])
-    self.policies["rollout"].set_key_state(
+    self.rollout_policy.set_key_state(
         meta["rollout_keys"][dist.process_index()] if dist.multi() else meta["rollout_key"])
     # Iterations logged after the checkpoint are replayed; drop their old lines.
     self.writer.drop_after(int(meta["iteration"]))
