@@ -54,7 +54,7 @@ VARIANTS: dict[str, dict] = {
     # SPA-RL: its grounding term (algo.spa.grounding_mode) takes the invalid penalty's place.
     "spa": GRPO | dict(method="spa", invalid_penalty=0.0),
     # SPA-RL with the paper's literal grounding term, +grounding per executed action: the
-    # form that made every coin_doors seed worse (issue 26; reports/spa_grounding/).
+    # form that made every coin_doors seed worse (reports/spa_grounding/).
     "spa_bonus": GRPO | dict(method="spa", invalid_penalty=0.0, spa=dict(grounding_mode="bonus")),
     # Multi-turn DPO: the DPO loss alone, whose beta anchors it to the SFT reference.
     "mtdpo": GRPO | dict(method="mtdpo", kl_coef=0.0, entropy_coef=0.0),

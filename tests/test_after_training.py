@@ -23,6 +23,7 @@ from csa_jax.run.signals import Interrupted
 from csa_jax.run.trainer import Trainer
 from tests import tiny_runs
 from tests.gguf_files import train_vocab, write_gguf
+from tests.refusals import assert_refused, launch_in_process
 
 REL_TOL = 1e-4  # tests/test_hf_parity.py: fp32 logits within 1e-4 of the logits' scale
 
@@ -118,11 +119,7 @@ def test_after_training_refusals_are_one_line(run, capsys, tmp_path, argv, needl
   _, work, _ = run
   argv = [a.format(tmp=tmp_path, run=work) for a in argv]
   (tmp_path / "nothing").mkdir()
-  with pytest.raises(SystemExit) as e:
-    launch.main(argv)
-  err = capsys.readouterr().err.strip().splitlines()
-  assert e.value.code == 2 and len(err) == 1, err
-  assert err[0].startswith("launch.py: error: ") and needle.format(run=work) in err[0], err
+  assert_refused(lambda: launch_in_process(capsys, argv), work, needle.format(run=work))
 
 
 def test_sft_curve_and_config_provenance(run):
@@ -316,8 +313,5 @@ def test_prompted_baseline_is_written_as_a_runs_evaluation(small_model, capsys, 
 ], ids=["from-scratch", "a-run", "resume", "after-training"])
 def test_prompted_refusals_are_one_line(run, small_model, capsys, argv, needle):
   _, work, _ = run
-  with pytest.raises(SystemExit) as e:
-    launch.main([a.format(run=work, model=small_model) for a in argv])
-  err = capsys.readouterr().err.strip().splitlines()
-  assert e.value.code == 2 and len(err) == 1, err
-  assert err[0].startswith("launch.py: error: ") and needle in err[0], err
+  argv = [a.format(run=work, model=small_model) for a in argv]
+  assert_refused(lambda: launch_in_process(capsys, argv), work, needle)

@@ -21,6 +21,7 @@ import launch
 from csa_jax.model import gguf as gguf_lib
 from tests.gguf_files import (CHAT, CHATML, D, FFN, HEAD_DIM, HEADS, KV_HEADS, LAYERS, THETA,
                               llamacpp_permute, train_vocab, write_gguf)
+from tests.refusals import assert_refused, launch_in_process
 
 REL_TOL = 1e-4  # the project's decoder against transformers (tests/test_hf_parity.py)
 
@@ -182,14 +183,10 @@ def test_llama3_rope_scaling_is_recovered_from_rope_freqs(tmp_path, hf, vocab):
 # ------------------------------------------------------------------------ bad input ----
 
 def _refused(capsys, argv, needle, leftover_dir):
-  with pytest.raises(SystemExit) as e:
-    launch.main(argv)
-  err = capsys.readouterr().err
-  assert e.value.code == 2
-  assert err.count("\n") == 1 and err.startswith("launch.py: error: --import-gguf"), err
-  assert needle in err, err
-  # Nothing written beside the target (no temporary directory left).
-  assert not [n for n in os.listdir(leftover_dir) if n.startswith(".out")]
+  """The refusal of `argv` (tests/refusals.py); nothing written beside the target (no
+  temporary directory left in `leftover_dir`)."""
+  assert_refused(lambda: launch_in_process(capsys, argv), leftover_dir,
+                 "launch.py: error: --import-gguf", needle)
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, vocab):

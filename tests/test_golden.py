@@ -2,8 +2,7 @@
 the real `Trainer` (expert demonstrations -> tokenizer -> SFT -> one RL iteration of CSA
 -> evaluation) whose parameters, optimizer state and metrics are compared with the values
 stored in tests/golden/one_rl_iteration.json, so that a refactor that means to change
-nothing (issue 27: the task group's module, the trainer split up) is shown to change
-nothing, bit for bit.
+nothing (a module moved, a class split up) is shown to change nothing, bit for bit.
 
 What it pins: the SHA-256 of the bytes of every leaf of the SFT parameters and of the
 train state after the RL iteration (parameters, Adam's moments, the step counter), with

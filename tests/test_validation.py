@@ -35,7 +35,7 @@ def _sets(*pairs):
   return [a for p in pairs for a in ("--set", p)]
 
 
-# The table (#28) and more: (id, argv, needles).
+# The mistakes a new user makes first, and more: (id, argv, needles).
 TABLE = [
     ("num_demos=0", _sets("sft.num_demos=0"), ["sft.num_demos must be >= 1 (got 0)"]),
     ("sft.batch_size=0", _sets("sft.batch_size=0"), ["sft.batch_size must be >= 1"]),

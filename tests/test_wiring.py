@@ -1,5 +1,5 @@
 """Wiring: each knob and each second parameter set reaches the update, on inputs where the
-alternatives differ (issue 27).
+alternatives differ.
 
 Each function here is right and tested alone elsewhere; what these tests see is which
 value a caller passes. A test whose two inputs are equal (ratio 1, a reference equal to
