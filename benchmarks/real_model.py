@@ -258,8 +258,10 @@ def sampler_part(args) -> str:
         f"{args.per_preset} alfworld_smollm2) of {lens[0]}-{lens[-1]} tokens "
         f"(mean {np.mean(lens):.0f}), greedy, at most {args.new} new tokens, end token "
         f"{tok.eos_id}; {cores()} cores, torch {torch.get_num_threads()} threads")
-  print(f"  generated tokens: ours {n_ours}, transformers {n_hf}; shapes ours "
-        f"{policy.sampler_shape(prompt_ids)}")
+  shapes = [(rows, width) for _, rows, width in policy.sampler_groups(prompt_ids)]
+  print(f"  generated tokens: ours {n_ours}, transformers {n_hf}; our batches (rows, "
+        f"width) {shapes} (rollout.sampler_shapes={cfg.rollout.sampler_shapes!r}, "
+        f"share_prefix={cfg.rollout.share_prefix}); transformers ({len(prompt_ids)}, {p})")
   print(f"  ours: first call (compiles) {first_s:.1f} s, then {ours_s:.2f} s median of "
         f"{args.reps}: {flops / ours_s / 1e9:.1f} GFLOP/s")
   print(f"  transformers generate: {hf_s:.2f} s median of {args.reps}: "

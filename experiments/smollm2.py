@@ -78,7 +78,8 @@ def _on_smollm2(cfg: ExperimentConfig, name: str, *, prompt_tokens: int, action_
       model=preset("smollm2-135m", dtype="float32", remat=False, scan_layers=True, lora=LORA),
       rollout=dataclasses.replace(cfg.rollout, max_prompt_tokens=prompt_tokens,
                                   max_action_tokens=action_tokens,
-                                  system_prompt=SYSTEM_PROMPT))
+                                  system_prompt=SYSTEM_PROMPT, sampler_shapes="fit",
+                                  share_prefix=True))
 
 
 def keydoor_h4() -> ExperimentConfig:
