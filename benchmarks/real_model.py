@@ -376,12 +376,22 @@ def torch_update(cfg, rows, tok_pad: int, reps):
     log_ratio = torch.clamp(torch.where(cmask > 0, logp - old, 0.0), -20, 20)
     ratio = log_ratio.exp()
     pg = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - a.clip_low, 1 + a.clip_high))
-    n = cmask.sum().clamp(min=1)
-    loss = (pg * cmask).sum() / n
+    loss = aggregate(pg, cmask)
     if a.kl_coef:
       x = torch.clamp(torch.where(cmask > 0, ref - logp, 0.0), -20, 20)
-      loss = loss + a.kl_coef * ((x.exp() - 1 - x) * cmask).sum() / n
+      loss = loss + a.kl_coef * aggregate(x.exp() - 1 - x, cmask)
     return loss
+
+  def aggregate(x, cmask):  # losses.aggregate
+    x = x * cmask
+    if a.loss_agg == "token-mean":
+      return x.sum() / cmask.sum().clamp(min=1)
+    count = cmask.sum(-1)
+    row = {"seq-mean-token-mean": x.sum(-1) / count.clamp(min=1),
+           "seq-mean-token-sum": x.sum(-1),
+           "seq-mean-token-sum-norm": x.sum(-1) / cfg.rollout.max_action_tokens}[a.loss_agg]
+    rows = (count > 0).float()
+    return (row * rows).sum() / rows.sum().clamp(min=1)
 
   def one():
     opt.zero_grad(set_to_none=True)
@@ -403,10 +413,9 @@ def torch_update(cfg, rows, tok_pad: int, reps):
 def update_part(args) -> str:
   import torch  # pylint: disable=import-outside-toplevel
   cfg = load(KEYDOOR)
-  if cfg.algo.loss_agg != "token-mean" or cfg.algo.dual_clip or cfg.algo.entropy_coef or \
-     cfg.algo.kl_kind != "k3":
-    raise SystemExit("the torch reference implements the token-mean clipped loss with the "
-                     "k3 KL only")
+  if cfg.algo.dual_clip or cfg.algo.entropy_coef or cfg.algo.kl_kind != "k3":
+    raise SystemExit("the torch reference implements the clipped loss without dual clip "
+                     "or entropy bonus, with the k3 KL")
   from csa_jax.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
   tok = Tokenizer.from_hf_dir(cfg.model_path)
   rows = update_rows(cfg, tok, cfg.algo.minibatch_size)
@@ -440,11 +449,18 @@ def iteration_part(args) -> str:
   from csa_jax.trainer import Trainer  # pylint: disable=import-outside-toplevel
   compile_s: list[tuple[float, float]] = []  # (when it ended, seconds)
 
+  hits: list[float] = []  # when a program came from the persistent cache
+
   def listener(event, duration, **_):
     if event == "/jax/core/compile/backend_compile_duration":
       compile_s.append((time.perf_counter(), duration))
 
+  def hit(event, **_):
+    if event == "/jax/compilation_cache/cache_hits":
+      hits.append(time.perf_counter())
+
   jax.monitoring.register_event_duration_secs_listener(listener)
+  jax.monitoring.register_event_listener(hit)
   n = args.iterations
   cfg = load(KEYDOOR, ["sft.num_demos=8", "sft.epochs=1", "eval.num_episodes=8",
                        "eval.greedy=false", f"rl_iterations={n}", "checkpoint_every=1000",
@@ -468,15 +484,17 @@ def iteration_part(args) -> str:
   first, steady = recs[0], recs[1:]
   if not steady:
     raise SystemExit("--iterations must be at least 2 (the first compiles)")
-  first_compile = sum(d for t, d in compile_s
-                      if starts[0] <= t <= starts[0] + first["perf/iteration_s"])
+  inside = lambda t: starts[0] <= t <= starts[0] + first["perf/iteration_s"]
+  first_compile = sum(d for t, d in compile_s if inside(t))
+  n_compiled, n_hits = sum(inside(t) for t, _ in compile_s), sum(map(inside, hits))
   mean = lambda k: float(np.mean([r.get(k, np.nan) for r in steady]))
   it_s = mean("perf/iteration_s")
   print(f"iteration: {cfg.name}, {cfg.rollout.tasks_per_iter} tasks x G = "
         f"{cfg.rollout.group_size}, {n} RL iterations (work directory {work}, whole run "
         f"{total:.0f} s); {cores()} cores")
   print(f"  first iteration {first['perf/iteration_s']:.1f} s, of which XLA compiles "
-        f"{first_compile:.1f} s")
+        f"{first_compile:.1f} s ({n_compiled} programs compiled, {n_hits} read from the "
+        f"persistent cache)")
   print(f"  steady iteration {it_s:.1f} s (mean of {len(steady)}): "
         + ", ".join(f"{p} {100 * mean(f'perf/frac_{p}'):.0f}%" for p in
                     ("env", "prompt", "sample", "adv", "batch", "update", "other")))
@@ -500,7 +518,11 @@ def main(argv=None) -> None:
   ap.add_argument("--workdir", default="", help="iteration: the run's directory")
   ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                   help="iteration: more overrides of the experiment")
+  ap.add_argument("--no-compilation-cache", action="store_true",
+                  help="compile everything afresh (default: launch.py's persistent cache)")
   args = ap.parse_args(argv)
+  if not args.no_compilation_cache:
+    print(f"persistent compilation cache: {mesh_lib.enable_compilation_cache()}")
   part = {"sampler": sampler_part, "update": update_part, "iteration": iteration_part}
   print(part[args.part](args), flush=True)
 
