@@ -10,7 +10,7 @@ SIGTERM or Ctrl-C stop the run after the current SFT batch or RL iteration with 
 progress saved (exit code 128 + the signal) and say how to continue (`--resume`); a second
 signal exits at once.
 `--dry-run` compiles the run's programs on the mesh without weights and prints the
-per-device memory plan (csa_jax/dry_run.py). `--show-config` prints every config key of the
+per-device memory plan (csa_jax/run/dry_run.py). `--show-config` prints every config key of the
 experiment with its type, value, valid range and help (csa_jax/config_fields.py); `--list`
 the experiments by family.
 
@@ -18,7 +18,7 @@ The prompted baseline: the experiment's pretrained model with no training, on it
 tasks, written as a run's evaluation (RUN/metrics.jsonl at step 0, RUN/eval/episodes.jsonl):
   python launch.py --exp EXP --prompted [--workdir RUN]  (default RUN: runs/EXP_prompted)
 
-After training (csa_jax/posttrain.py), on a run directory:
+After training (csa_jax/run/posttrain.py), on a run directory:
   python launch.py --workdir RUN --eval [--step N|sft]   held-out evaluation, per episode
   python launch.py --workdir RUN --export-hf DIR         a Hugging Face checkpoint
   python launch.py --workdir RUN --play 3 [--sample]     watch the policy play
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     print(config_fields.format_table(config_fields.describe(cfg)))
     return 0
 
-  from csa_jax import mesh as mesh_lib
+  from csa_jax.distributed import mesh as mesh_lib
   mesh_lib.maybe_initialize_distributed()
   mesh_lib.enable_compilation_cache()
   try:
@@ -158,12 +158,12 @@ def main(argv=None) -> int:
     fail(f"{workdir} already holds checkpoints; pass --resume to continue it, or choose "
          "another --workdir")
 
-  from csa_jax.checkpoint import CheckpointError
-  from csa_jax.signals import Interrupted
-  from csa_jax.evaluation import summary_table
-  from csa_jax.guard import NonFiniteError
-  from csa_jax.setup_checks import SetupError, check_environment
-  from csa_jax.trainer import Trainer
+  from csa_jax.rollout.evaluation import summary_table
+  from csa_jax.rollout.setup_checks import SetupError, check_environment
+  from csa_jax.run.checkpoint import CheckpointError
+  from csa_jax.run.signals import Interrupted
+  from csa_jax.run.trainer import Trainer
+  from csa_jax.update.guard import NonFiniteError
   from environments.demos import DemosError
   try:
     check_environment(cfg)  # before anything is written
@@ -196,9 +196,9 @@ def main(argv=None) -> int:
 
 
 def after_training(args) -> int:
-  """--eval, --export-hf DIR, --play N on the run in --workdir (csa_jax/posttrain.py)."""
-  from csa_jax import posttrain
+  """--eval, --export-hf DIR, --play N on the run in --workdir (csa_jax/run/posttrain.py)."""
   from csa_jax.config import ConfigError
+  from csa_jax.run import posttrain
   from csa_jax.workdir import unwritable
   if not args.workdir:
     fail("--eval, --export-hf and --play need --workdir RUN (a run directory of launch.py)")
@@ -233,8 +233,8 @@ def after_training(args) -> int:
 
 def prompted(cfg, args) -> int:
   """--prompted: the pretrained model's held-out evaluation with no training."""
-  from csa_jax import posttrain
-  from csa_jax.setup_checks import SetupError, check_environment
+  from csa_jax.rollout.setup_checks import SetupError, check_environment
+  from csa_jax.run import posttrain
   from csa_jax.workdir import CHECKPOINTS, has_sft_checkpoint, unwritable
   if args.resume:
     fail("--prompted trains nothing: drop --resume")
@@ -274,7 +274,7 @@ def import_gguf(path: str, out_dir: str) -> int:
 
 
 def dry_run(cfg) -> int:
-  from csa_jax import dry_run as dry
+  from csa_jax.run import dry_run as dry
   try:
     plan = dry.plan(cfg)
   except (FileNotFoundError, ValueError) as e:  # a model_path without config.json, ...

@@ -28,12 +28,12 @@ from flax import nnx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.timing import median_seconds
 from csa_jax import algorithms
-from csa_jax import data as data_lib
-from csa_jax import train_step as ts
 from csa_jax.model import Decoder
-from csa_jax import groups
-from csa_jax.rollout import Step, Trajectory
-from csa_jax.policy import sampling_config
+from csa_jax.rollout import groups
+from csa_jax.rollout.episodes import Step, Trajectory
+from csa_jax.rollout.policy import sampling_config
+from csa_jax.update import data as data_lib
+from csa_jax.update import train_step as ts
 from experiments import quickstart
 from experiments.variants import variant
 

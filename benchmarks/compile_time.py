@@ -21,11 +21,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from csa_jax import sampling
-from csa_jax import train_step as ts
 from csa_jax.config import AlgoConfig, OptimConfig
-from csa_jax.data import BATCH_KEYS
 from csa_jax.model import Decoder, ModelConfig
+from csa_jax.model import sampling
+from csa_jax.update import train_step as ts
+from csa_jax.update.data import BATCH_KEYS
 
 ROWS, SEQ, ACT = 8, 256, 32
 PROMPTS, P, N = 8, 64, 32

@@ -140,7 +140,7 @@ def parity_at_scale(size: str, arch: str, device: str, n_new: int) -> dict:
 
   import sampler as sampler_bench
   from csa_jax.model import from_pretrained
-  from csa_jax.sampling import SamplingConfig, left_pad, sample
+  from csa_jax.model.sampling import SamplingConfig, left_pad, sample
 
   out = {}
   with tempfile.TemporaryDirectory() as tmp, \
@@ -202,8 +202,8 @@ def env_corpus(env_kwargs: dict, num_tasks: int) -> list[str]:
   """The text a tokenizer is fitted to: the first training tasks' task lines, first
   observations and action lists (the games are generated here, into the cache the run
   then reads), in the think format's framing."""
-  from csa_jax.prompts import PromptFormat
-  from csa_jax.sft_rows import demo_corpus
+  from csa_jax.rollout.prompts import PromptFormat
+  from csa_jax.rollout.sft_rows import demo_corpus
   from environments.registry import make_env
   env = make_env("alfworld", **env_kwargs)
   try:
@@ -225,7 +225,7 @@ def build_policy_dir(path: str, size: str, corpus: list[str], vocab: int = 1024)
   tokenizer_config.json with a chat template); returns the tokenizer's size (a few
   hundred: the corpus is small)."""
   import sampler as sampler_bench
-  from csa_jax.tokenizer import Tokenizer, train_bpe
+  from csa_jax.model.tokenizer import Tokenizer, train_bpe
   sampler_bench.build_hf_dir(path, size, "qwen2", "float32", seed=2)
   tok = train_bpe(corpus * 4, vocab)
   tok.save(path)
@@ -238,7 +238,7 @@ def build_policy_dir(path: str, size: str, corpus: list[str], vocab: int = 1024)
 def _launch(plan: Plan, tmp: str) -> tuple[list[dict], float]:
   """Builds the policy directory in `tmp` and runs launch.py there: (metrics, seconds)."""
   import launch
-  from csa_jax.metrics import read_jsonl
+  from csa_jax.rollout.metrics import read_jsonl
   kwargs = {k.split(".")[-1]: int(v) for k, v in
             (o.split("=") for o in plan.overrides if o.startswith("env.kwargs."))}
   t0 = time.perf_counter()

@@ -40,18 +40,18 @@ import numpy as np
 
 import experiments
 from benchmarks.timing import median_seconds
-from csa_jax import groups
-from csa_jax import metrics as M
 from csa_jax import perf as perf_lib
-from csa_jax import prompts
-from csa_jax import rollout as rollout_lib
-from csa_jax import sampling
-from csa_jax.checkpoint import Checkpointer
 from csa_jax.config import apply_overrides
 from csa_jax.model import Decoder
-from csa_jax.tokenizer import Tokenizer
-from csa_jax.policy import SamplerPolicy
-from csa_jax.trainer import Trainer
+from csa_jax.model import sampling
+from csa_jax.model.tokenizer import Tokenizer
+from csa_jax.rollout import episodes as rollout_lib
+from csa_jax.rollout import groups
+from csa_jax.rollout import metrics as M
+from csa_jax.rollout import prompts
+from csa_jax.rollout.policy import SamplerPolicy
+from csa_jax.run.checkpoint import Checkpointer
+from csa_jax.run.trainer import Trainer
 from environments.pool import EnvPool
 from flax import nnx
 

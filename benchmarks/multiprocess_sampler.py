@@ -3,7 +3,7 @@ mesh in lockstep.
 
 Run under the local multi-process helper (or on every host of a slice):
 
-  python -m csa_jax.multiprocess_local --processes 2 --devices 4 \
+  python -m csa_jax.distributed.multiprocess_local --processes 2 --devices 4 \
       --script benchmarks/multiprocess_sampler.py -- [--envs 16 --reps 5]
 
 The quickstart's decoder, its parameters laid out for training on the global 4x2 mesh.
@@ -12,7 +12,7 @@ warm-up (compilation excluded), medians over --reps:
 - lockstep: one sampler call over the global mesh with every process's prompts (the
   global batch), each process then reading back its own rows, with the parameters in
   the training layout (what one process does) and in the sampling layout;
-- local: one sampler call on this process's rows of the mesh (csa_jax/distributed.py,
+- local: one sampler call on this process's rows of the mesh (csa_jax/distributed/processes.py,
   SamplerMesh) with its own prompts, plus, once per parameter update, the regather of
   the parameters into that layout (`update`).
 Prints per-call seconds and the ratio lockstep / local.
@@ -25,7 +25,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from csa_jax import mesh as mesh_lib  # noqa: E402
+from csa_jax.distributed import mesh as mesh_lib  # noqa: E402
 
 mesh_lib.maybe_initialize_distributed()
 
@@ -34,8 +34,8 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from benchmarks.timing import median_seconds  # noqa: E402
-from csa_jax import distributed as dist  # noqa: E402
-from csa_jax.sampling import SamplingConfig, left_pad, sample  # noqa: E402
+from csa_jax.distributed import processes as dist  # noqa: E402
+from csa_jax.model.sampling import SamplingConfig, left_pad, sample  # noqa: E402
 from experiments.quickstart import base  # noqa: E402
 from csa_jax.model import Decoder  # noqa: E402
 

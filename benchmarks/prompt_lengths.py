@@ -23,10 +23,10 @@ import numpy as np
 
 import experiments
 from csa_jax import pretrained
-from csa_jax import prompts
 from csa_jax.config import apply_overrides
-from csa_jax.sft_rows import load_demos
-from csa_jax.tokenizer import Tokenizer
+from csa_jax.model.tokenizer import Tokenizer
+from csa_jax.rollout import prompts
+from csa_jax.rollout.sft_rows import load_demos
 
 
 def _stats(x) -> str:

@@ -70,15 +70,15 @@ import jax.numpy as jnp
 import numpy as np
 
 import experiments
-from csa_jax import data as data_lib
-from csa_jax import mesh as mesh_lib
 from csa_jax import pretrained
-from csa_jax import prompts
-from csa_jax import train_step as ts
 from csa_jax.config import apply_overrides, micro_batches, validate
-from csa_jax.model import lora
-from csa_jax.policy import SamplerPolicy, build_policy, sampling_config
-from csa_jax.sft_rows import load_demos
+from csa_jax.distributed import mesh as mesh_lib
+from csa_jax.model.tokenizer import Tokenizer
+from csa_jax.rollout import prompts
+from csa_jax.rollout.policy import SamplerPolicy, build_policy, sampling_config
+from csa_jax.rollout.sft_rows import load_demos
+from csa_jax.update import data as data_lib
+from csa_jax.update import train_step as ts
 
 KEYDOOR = "keydoor_h4_smollm2_csa"
 ALFWORLD = "alfworld_smollm2_csa"
@@ -416,7 +416,6 @@ def update_part(args) -> str:
   if cfg.algo.dual_clip or cfg.algo.entropy_coef or cfg.algo.kl_kind != "k3":
     raise SystemExit("the torch reference implements the clipped loss without dual clip "
                      "or entropy bonus, with the k3 KL")
-  from csa_jax.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
   tok = Tokenizer.from_hf_dir(cfg.model_path)
   rows = update_rows(cfg, tok, cfg.algo.minibatch_size)
   ours_s, ours_loss, first_s, (real, slots, shape) = our_update(cfg, rows, args.reps)
@@ -445,8 +444,8 @@ def update_part(args) -> str:
 
 
 def iteration_part(args) -> str:
-  from csa_jax import metrics as M  # pylint: disable=import-outside-toplevel
-  from csa_jax.trainer import Trainer  # pylint: disable=import-outside-toplevel
+  from csa_jax.rollout import metrics as M  # pylint: disable=import-outside-toplevel
+  from csa_jax.run.trainer import Trainer  # pylint: disable=import-outside-toplevel
   compile_s: list[tuple[float, float]] = []  # (when it ended, seconds)
 
   hits: list[float] = []  # when a program came from the persistent cache

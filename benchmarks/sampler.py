@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.timing import median_seconds
 from benchmarks.train_step import matmul_peak
 from csa_jax.model import from_pretrained
-from csa_jax.sampling import SamplingConfig, left_pad, sample
+from csa_jax.model.sampling import SamplingConfig, left_pad, sample
 
 # HF config fields per size; "0.5b" and "1.5b" follow Qwen2.5-0.5B / -1.5B.
 SIZES = {

@@ -1,8 +1,8 @@
 """Tokens/s and achieved FLOP/s of the jitted update step vs the measured matmul peak.
 
-Runs the project's real step (`csa_jax.train_step.make_rl_step`, the clipped
+Runs the project's real step (`csa_jax.update.train_step.make_rl_step`, the clipped
 policy-gradient update with AdamW, or `make_sft_step`) on a random batch in the
-`csa_jax.data` format (B rows of L tokens), after one warm-up call (compile
+`csa_jax.update.data` format (B rows of L tokens), after one warm-up call (compile
 excluded). In the same run it measures the machine's matmul peak with a large
 jitted `jnp.dot` in the compute dtype, and prints the step's achieved FLOP/s as
 a fraction of it (model FLOPs utilisation, MFU).
@@ -40,9 +40,9 @@ from flax import nnx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from csa_jax.config import AlgoConfig, OptimConfig
 from csa_jax.model import Decoder, LoRAConfig, ModelConfig, lora
-from csa_jax import data as data_lib
-from csa_jax.sampling import SamplingConfig
-from csa_jax.train_step import (init_state, make_optimizer, make_rl_step,
+from csa_jax.model.sampling import SamplingConfig
+from csa_jax.update import data as data_lib
+from csa_jax.update.train_step import (init_state, make_optimizer, make_rl_step,
                                 make_sft_step)
 
 # Same shapes as benchmarks/sampler.py's SIZES (Qwen2.5-0.5B / -1.5B for the big ones).
@@ -93,7 +93,7 @@ def matmul_peak(dtype: str, n: int, reps: int = 5) -> float:
 
 
 def random_batch(cfg: ModelConfig, B: int, L: int, seed: int = 0):
-  """A `csa_jax.data` batch of B rows: a prompt of L/2 + 1 tokens and an action of L/2
+  """A `csa_jax.update.data` batch of B rows: a prompt of L/2 + 1 tokens and an action of L/2
   tokens each, so every row fills its L input slots."""
   rng = np.random.default_rng(seed)
   A = L // 2

@@ -122,7 +122,7 @@ class AlgoConfig:
   minibatch_size: int = 64
   # Which rows the update trains on: "all", or "decisive" (the steps whose oracle label is
   # +1 or -1; routine steps, label 0, are left out): a diagnostic on environments with
-  # exact labels (csa_jax/oracle_rows.py).
+  # exact labels (csa_jax/update/oracle_rows.py).
   update_rows: str = "all"
   # Log per iteration the policy gradient's norm, the entropy and the mean |advantage| of
   # the decisive and the routine rows apart (rows/ metrics; needs oracle labels; one more

@@ -68,7 +68,7 @@ class RolloutConfig:
   # states whose feedback reads alike ("Nothing happens." after any invalid action).
   anchor: str = "state"
   # "bare": the answer is the action. "think": reasoning, then the action inside
-  # <action>...</action> (verl-agent's format; csa_jax/prompts.py, `parse_action`);
+  # <action>...</action> (verl-agent's format; csa_jax/rollout/prompts.py, `parse_action`);
   # max_action_tokens then budgets the reasoning too.
   action_format: str = "bare"
   # A chat model's system message before each prompt (empty: the chat template's default,
@@ -79,7 +79,7 @@ class RolloutConfig:
   prefill_chunk: int = 0
   # Overlap environment steps with sampling: the wave's slots play in two halves, and the
   # host steps one half's environments while the device samples for the other
-  # (csa_jax/rollout.py, `_play_overlapped`). Episodes follow the same rules; the sampler's
+  # (csa_jax/rollout/episodes.py, `_play_overlapped`). Episodes follow the same rules; the sampler's
   # key stream is split into twice as many calls of half the rows, so a seed draws other
   # actions than with overlap off. Pays where environment steps are slow (ALFWorld,
   # ScienceWorld); benchmarks/iteration.py measures it.
@@ -116,11 +116,11 @@ class OptimConfig:
   # AdamW's first-moment dtype ("": the parameters'; "bfloat16" halves it).
   mu_dtype: str = ""
   # Rows per forward/backward pass inside one update (gradient accumulation over
-  # batch / micro_batch_size slices; csa_jax/train_step.py, `value_and_grad_micro`): what
+  # batch / micro_batch_size slices; csa_jax/update/train_step.py, `value_and_grad_micro`): what
   # lets long rows of a big model fit. 0: the whole batch in one pass.
   micro_batch_size: int = 0
   # Pack training rows into fixed-length sequences (first-fit, attention kept within each
-  # row; csa_jax/data.py, `packed_batches`) instead of padding each row to the prompt +
+  # row; csa_jax/update/data.py, `packed_batches`) instead of padding each row to the prompt +
   # action budget. A minibatch holds the same rows either way (algo.minibatch_size rows,
   # sft.batch_size for SFT), so the loss and the optimizer steps are the same; only the
   # padding, hence the compute, shrinks. A batch takes the sequences its rows need, rounded
@@ -183,7 +183,7 @@ class EvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LogConfig:
-  """Where a run's metrics go besides metrics.jsonl and TensorBoard (csa_jax/loggers.py)."""
+  """Where a run's metrics go besides metrics.jsonl and TensorBoard (csa_jax/run/loggers.py)."""
 
   # Weights & Biases: every metrics line also becomes a row of a W&B run in the work
   # directory (wandb/), named after the experiment. WANDB_MODE=offline keeps it on disk

@@ -67,7 +67,7 @@ def has_sft_checkpoint(workdir: str) -> bool:
 
 
 def has_sft_progress(workdir: str) -> bool:
-  """Whether an SFT stage stopped midway saved its progress (csa_jax/sft_progress.py)."""
+  """Whether an SFT stage stopped midway saved its progress (csa_jax/run/sft_progress.py)."""
   return bool(saved_steps(os.path.join(workdir, SFT_PROGRESS)))
 
 

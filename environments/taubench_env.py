@@ -44,7 +44,7 @@ negotiates, changes its mind or follows the scenario's `task_instructions` (cond
 wishes such as "if there is no clicky keyboard, take one without backlight"), never
 volunteers information it was not asked for, and matches questions by keywords, so an agent
 can talk past it. `user="model"` with `user_model_path=DIR` plays the user with a local
-Hugging Face checkpoint through the project's own sampler (`csa_jax.sampling`, greedy, the
+Hugging Face checkpoint through the project's own sampler (`csa_jax.model.sampling`, greedy, the
 checkpoint's chat template, tau2's user-simulator instructions and the scenario as its system
 prompt); that path needs a checkpoint and is not run by the tests here.
 
@@ -264,7 +264,7 @@ def _user_prompt(task: Task) -> str:
 # The chat function a model user is played with, as "module:function" (called with the
 # checkpoint's directory, it returns `(messages, max_new_tokens) -> reply text`): named, not
 # imported, so that this package never imports the policy code that provides it.
-DEFAULT_USER_CHAT = "csa_jax.chat:load"
+DEFAULT_USER_CHAT = "csa_jax.model.chat:load"
 
 
 class ModelUser:

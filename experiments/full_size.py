@@ -55,7 +55,7 @@ the reasoning. Parameters are float32 master weights computed in bfloat16
 Memory (the dry run's numbers are in docs/scale.md, "Running at full size"): the 8B model
 with float32 weights and AdamW state is 8.0e9 x 16 bytes = 120 GiB before activations, so
 it needs a mesh like 4x2 of 16 GiB devices with FSDP over 'data' and tensor parallelism
-over 'model' (csa_jax/mesh.py); the 1.5B model fits on one large GPU. The full-parameter
+over 'model' (csa_jax/distributed/mesh.py); the 1.5B model fits on one large GPU. The full-parameter
 presets keep AdamW's first moment in bfloat16 (`optim.mu_dtype`; the master weights and
 the second moment stay float32), and the 8B one updates in micro-batches of 4 rows: that
 is what brings its RL step under a 32 GiB device (TPU v6e-8). `algo.ref_dtype=bfloat16`

@@ -16,7 +16,7 @@ The policy: the model in float32 with LoRA adapters of rank 8 (alpha 16) on ever
 projection, the base frozen (csa_jax/model/lora.py); the layers scanned, so each program
 compiles in time flat in depth. Prompts go through the model's ChatML template with a short
 system message (SYSTEM_PROMPT); the task text, the history and the action list are the
-rollout's own (csa_jax/rollout.py), and the model answers with the action in its assistant
+rollout's own (csa_jax/rollout/episodes.py), and the model answers with the action in its assistant
 turn. Every prompt token costs about 0.27 GFLOP of forward pass (2 x 135M), so the prompt
 and action budgets are set just above what the chat-rendered prompts need, measured on the
 expert's episodes with this tokenizer and system message:

@@ -61,7 +61,7 @@ VARIANTS: dict[str, dict] = {
     # Two probes of why CSA beats GRPO at a short horizon (reports/horizon_matched): GRPO
     # taking larger steps (twice the family's learning rate), and GRPO trained on the
     # decisive rows alone, its routine rows' noise left out (oracle labels needed:
-    # csa_jax/oracle_rows.py).
+    # csa_jax/update/oracle_rows.py).
     "grpo_lr2x": GRPO | dict(lr_scale=2.0),
     "grpo_decisive": GRPO | dict(update_rows="decisive"),
 }

@@ -43,11 +43,11 @@ from studies.credit_table import (COLUMNS, ENV_FAMILIES, ESTIMATORS, LABEL_MEANI
 
 def load_run(run_dir: str, which: str = "auto"):
   """(config, tokenizer, graphdef, params, description, mesh) of a launch.py run directory,
-  read as the post-training commands read it (`csa_jax.posttrain.load`): its newest RL
+  read as the post-training commands read it (`csa_jax.run.posttrain.load`): its newest RL
   checkpoint after iteration 0 ("rl"), its SFT weights ("sft"), or the first of the two
   it has ("auto")."""
-  from csa_jax import posttrain
   from csa_jax import workdir as workdir_lib
+  from csa_jax.run import posttrain
 
   if posttrain.load_config(run_dir).model_path:
     raise ValueError("credit study: runs from a pretrained model_path are not supported yet")
@@ -68,9 +68,9 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
             num_envs: int, out_dir: str, env: str, num_tasks: int = 0) -> str:
   import jax
 
-  from csa_jax import groups as groups_lib
-  from csa_jax import policy as policy_lib
-  from csa_jax import prompts
+  from csa_jax.rollout import groups as groups_lib
+  from csa_jax.rollout import policy as policy_lib
+  from csa_jax.rollout import prompts
   from environments.pool import EnvPool
 
   cfg, tok, graphdef, params, desc, mesh = load_run(run_dir, which)
@@ -120,7 +120,7 @@ def collect(run_dir: str, which: str, groups: int, group_size: int, seed: int,
 
 
 def load_arrays(out_dir: str):
-  from csa_jax.groups import GroupArrays
+  from csa_jax.rollout.groups import GroupArrays
 
   with np.load(os.path.join(out_dir, "rollouts.npz")) as z:
     arrays = GroupArrays(**{f.name: z[f.name] for f in dataclasses.fields(GroupArrays)})

@@ -20,9 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from csa_jax import prompts
-from csa_jax import rollout as rollout_lib
-from csa_jax.policy import SamplerPolicy
+from csa_jax.rollout import episodes as rollout_lib
+from csa_jax.rollout import prompts
+from csa_jax.rollout.policy import SamplerPolicy
 from environments.pool import EnvPool
 from studies.credit import load_run
 

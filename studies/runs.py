@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from csa_jax.metrics import read_jsonl
+from csa_jax.rollout.metrics import read_jsonl
 from studies.stats import DIFF, NAN, finite_mean, mean_ci, sign_test_p, wilson
 
 # Baselines first (GRPO, the reference of every delta, leads; then the model-based ones,

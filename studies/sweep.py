@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from csa_jax import workdir as workdir_lib
 
-# Per-episode outcomes (csa_jax/metrics.py, EPISODES_FILE) make paired per-task tests
+# Per-episode outcomes (csa_jax/rollout/metrics.py, EPISODES_FILE) make paired per-task tests
 # possible; runs written before they were kept have none.
 # The oracle action's probability per task (eval.oracle_prob) where a run computed it.
 RESULT_FILES = ("metrics.jsonl", "config.json", os.path.join("eval", "episodes.jsonl"),
@@ -137,7 +137,7 @@ class Sweep:
   def _has_checkpoint(self, run: Run) -> bool:
     """A checkpoint to resume from: an RL one, or SFT's progress (a run stopped during
     SFT), as launch.py counts them."""
-    from csa_jax import sft_progress  # pylint: disable=import-outside-toplevel
+    from csa_jax.run import sft_progress  # pylint: disable=import-outside-toplevel
     workdir = os.path.join(self.work_root, run.name)
     ckpt = os.path.join(workdir, "checkpoints")
     return ((os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt)))
@@ -240,7 +240,7 @@ class Sweep:
     return 0
 
   def _headline(self, run: Run) -> str:
-    from csa_jax.metrics import read_jsonl
+    from csa_jax.rollout.metrics import read_jsonl
     recs = read_jsonl(os.path.join(self.report_root, run.name, "metrics.jsonl"))
     last = [r for r in recs if "eval_sampled/success" in r or "eval/success" in r]
     if not last:

@@ -10,8 +10,8 @@ import numpy as np
 
 from csa_jax.config import AlgoConfig, ExperimentConfig, RolloutConfig
 from csa_jax.model import ModelConfig
-from csa_jax.rollout import Step, Trajectory
-from csa_jax.tokenizer import Tokenizer, train_bpe
+from csa_jax.model.tokenizer import Tokenizer, train_bpe
+from csa_jax.rollout.episodes import Step, Trajectory
 
 # The tiny method config's vocabulary, prompt length and largest action, in tokens.
 VOCAB, PROMPT, ACT = 48, 10, 4

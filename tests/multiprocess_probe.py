@@ -1,5 +1,5 @@
-"""Run by tests/test_multiprocess.py under csa_jax.multiprocess_local: csa_jax/distributed.py's
-primitives in a real multi-process runtime. Prints one JSON line of what this process
+"""Run by tests/test_multiprocess.py under csa_jax.distributed.multiprocess_local:
+csa_jax/distributed/processes.py's primitives in a real multi-process runtime. Prints one JSON line of what this process
 computed, and exits with 3 + its rank when asked (--fail), so that the test can check the
 helper's worst exit code."""
 
@@ -8,14 +8,15 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from csa_jax import mesh as mesh_lib  # noqa: E402
+from csa_jax.distributed import mesh as mesh_lib  # noqa: E402
 
 mesh_lib.maybe_initialize_distributed()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from csa_jax import distributed as dist  # noqa: E402
+from csa_jax.distributed import processes as dist  # noqa: E402
+from csa_jax.rollout import metrics as metrics_lib  # noqa: E402
 from tests.factories import episode, step  # noqa: E402
 
 
@@ -38,7 +39,7 @@ def main() -> int:
       "share": dist.share(list(range(10)), unit=2), "share_count": dist.share_count(5),
       "mine": mine.tolist(), "gathered": dist.gather_concat(mine).tolist(),
       "sum": dist.reduce_sum(np.asarray([1.5 + k, 2**40 + k], np.float64)).tolist(),
-      "episodes": dist.episode_metrics(trajs, "x"),
+      "episodes": metrics_lib.gathered_episode_metrics(trajs, "x"),
       "whole_sum": np.asarray(summed).tolist(), "local_sum": int(local_sum),
       "rows": len(rows), "local_bs": bs,
       "sampler_devices": sorted(d.id for d in sampler.mesh.devices.flat),

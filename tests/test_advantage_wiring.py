@@ -6,9 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from csa_jax.groups import GroupArrays
-from csa_jax.config import AlgoConfig, RolloutConfig
 from csa_jax.algorithms.estimator import compute_advantages, shaped_rewards
+from csa_jax.config import AlgoConfig, RolloutConfig
+from csa_jax.rollout.groups import GroupArrays
 
 
 def _arrays():

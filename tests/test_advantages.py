@@ -9,8 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from csa_jax import dapo
 from csa_jax import estimators as est_lib
+from csa_jax.estimators import dapo
 
 ATOL = 1e-4
 RTOL = 1e-4
@@ -779,7 +779,7 @@ def test_csa_valid_reaches_compute_advantages_with_the_rollouts_invalid_flags():
   invalid flags to an estimator that needs them."""
   from csa_jax.algorithms.estimator import compute_advantages
   from csa_jax.config import AlgoConfig, RolloutConfig
-  from csa_jax.groups import GroupArrays
+  from csa_jax.rollout.groups import GroupArrays
   rng = np.random.default_rng(70)
   mask = random_mask(rng, 3, 4, 5, holes=False)
   invalid = (rng.random(mask.shape) < 0.3) & mask

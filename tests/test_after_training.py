@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 import launch
-from csa_jax import metrics as M
-from csa_jax import sft_progress
-from csa_jax.checkpoint import Checkpointer
-from csa_jax.signals import Interrupted
-from csa_jax.trainer import Trainer
+from csa_jax.rollout import metrics as M
+from csa_jax.run import sft_progress
+from csa_jax.run.checkpoint import Checkpointer
+from csa_jax.run.signals import Interrupted
+from csa_jax.run.trainer import Trainer
 from tests import tiny_runs
 from tests.gguf_files import train_vocab, write_gguf
 
@@ -73,7 +73,7 @@ def test_eval_repeats_the_runs_held_out_evaluation(run, capsys):
 def test_export_hf_loads_in_transformers_with_the_same_logits(run, capsys, tmp_path):
   import torch
   import transformers
-  from csa_jax import posttrain
+  from csa_jax.run import posttrain
   _, work, _ = run
   out_dir = tmp_path / "hf"
   out = _main_ok(capsys, "--workdir", work, "--export-hf", str(out_dir))
@@ -197,7 +197,7 @@ def _tiny_llama_dir(path):
   """A random Llama written by transformers, with this project's BPE and a chat template."""
   import torch
   import transformers
-  from csa_jax.tokenizer import train_bpe
+  from csa_jax.model.tokenizer import train_bpe
   from tests.test_hf_parity import _hf_model
   torch.set_num_threads(1)
   _hf_model((torch, transformers), "llama", seed=5, hidden_size=32, intermediate_size=64,
@@ -230,7 +230,7 @@ def test_a_lora_run_over_a_pretrained_checkpoint_opens_with_every_command(lora_r
   import peft
   import torch
   import transformers
-  from csa_jax import posttrain
+  from csa_jax.run import posttrain
   base, work, summary = lora_run
   out = _main_ok(capsys, "--workdir", work, "--eval")
   with open(os.path.join(work, "eval", "step_1.json")) as f:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import launch
-from csa_jax import metrics as M
 from csa_jax.algorithms import istar, mtdpo, spa
-from csa_jax.checkpoint import Checkpointer
+from csa_jax.rollout import metrics as M
+from csa_jax.run.checkpoint import Checkpointer
 from tests import tiny_runs
 
 # The shared tiny TWX run (tests/tiny_runs.py), unpacked rows (one update shape a phase:

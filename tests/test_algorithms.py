@@ -13,13 +13,13 @@ import pytest
 from flax import nnx
 
 from csa_jax import algorithms
-from csa_jax import data as data_lib
-from csa_jax import train_step as ts
 from csa_jax.algorithms import base, istar, mtdpo, spa
 from csa_jax.config import AlgoConfig, ConfigError, ExperimentConfig, apply_overrides
 from csa_jax.model import Decoder
-from csa_jax import groups
-from csa_jax.sampling import SamplingConfig, sampling_logprobs
+from csa_jax.model.sampling import SamplingConfig, sampling_logprobs
+from csa_jax.rollout import groups
+from csa_jax.update import data as data_lib
+from csa_jax.update import train_step as ts
 from tests.factories import ACT, PROMPT, method_config, random_episodes
 
 

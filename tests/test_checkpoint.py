@@ -10,9 +10,9 @@ import optax
 import pytest
 from flax import nnx
 
-from csa_jax import train_step as ts
-from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.model import Decoder, ModelConfig
+from csa_jax.run.checkpoint import Checkpointer, CheckpointError
+from csa_jax.update import train_step as ts
 
 
 def _state(vocab_size=32, num_layers=2, tx=None, seed=0):

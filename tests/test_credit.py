@@ -175,7 +175,7 @@ def test_credit_table_pairs_estimators_with_grpo():
 def test_study_estimators_decompose():
   """csa_step is CSA's step term: csa(lam=1) - csa(lam=0.5) = csa_step / 2 on active steps;
   gigpo - gigpo_step is constant within an episode (its episode term)."""
-  from csa_jax.groups import GroupArrays
+  from csa_jax.rollout.groups import GroupArrays
   rng = np.random.default_rng(4)
   b, g, t = 5, 6, 8
   mask = np.zeros((b, g, t), bool)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from csa_jax import data as D
+from csa_jax.update import data as D
 
 
 def test_row_arrays_against_a_loop():

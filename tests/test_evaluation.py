@@ -1,4 +1,4 @@
-"""Held-out evaluation (csa_jax/evaluation.py): the oracle action's exact probability is
+"""Held-out evaluation (csa_jax/rollout/evaluation.py): the oracle action's exact probability is
 the product of the sampling distribution's token probabilities of that action after the
 first step's prompt, computed here from the model's full logits."""
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from csa_jax import prompts
+from csa_jax.rollout import prompts
 from csa_jax.config import (EnvConfig, EvalConfig, ExperimentConfig, RolloutConfig)
-from csa_jax.evaluation import OracleProbs
 from csa_jax.model import Decoder, ModelConfig
-from csa_jax.policy import sampling_config
-from csa_jax.tokenizer import train_bpe
+from csa_jax.model.tokenizer import train_bpe
+from csa_jax.rollout.evaluation import OracleProbs
+from csa_jax.rollout.policy import sampling_config
 from environments import faulty  # noqa: F401  (registers "faulty")
 from environments import make_env
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import experiments
-from csa_jax import dry_run
 from csa_jax.config import apply_overrides
+from csa_jax.run import dry_run
 from tests import xla_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

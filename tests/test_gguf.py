@@ -138,7 +138,7 @@ def test_tokenizer_ids_equal_transformers(tmp_path, hf, vocab, pre, add_bos):
 def test_smollm_splits_digits_one_by_one(tmp_path, vocab):
   """SmolLM2's tokenizer isolates every digit (its tokenizer.json: Digits, individually,
   before the byte-level split), which llama.cpp's 'smollm' pre-tokenizer does too."""
-  from csa_jax.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
+  from csa_jax.model.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
   write_gguf(tmp_path / "m.gguf", vocab)
   gguf_lib.import_gguf(str(tmp_path / "m.gguf"), str(tmp_path / "out"))
   tok = Tokenizer.from_hf_dir(str(tmp_path / "out"))

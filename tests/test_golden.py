@@ -68,7 +68,7 @@ import jax
 import numpy as np
 import pytest
 
-from csa_jax.checkpoint import Checkpointer
+from csa_jax.run.checkpoint import Checkpointer
 from csa_jax.config import (AlgoConfig, EnvConfig, EvalConfig, ExperimentConfig,
                             OptimConfig, RolloutConfig, SFTConfig, TokenizerConfig)
 from csa_jax.model import ModelConfig
@@ -247,7 +247,7 @@ def record_path(cpu: dict[str, str]) -> str:
 
 
 def run_and_record(tmp_path) -> dict:
-  from csa_jax.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  from csa_jax.run.trainer import Trainer  # pylint: disable=g-import-not-at-top
   work = str(tmp_path / "run")
   cfg = golden_config(str(tmp_path / "demos"))
   summary = Trainer(cfg, work).run()

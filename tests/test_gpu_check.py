@@ -57,7 +57,7 @@ def test_the_blocker_hides_what_the_image_lacks_and_the_wheels_bring_it(tmp_path
 
   # With the wheels: what the iterations part imports, and the alfworld environment
   # registered (environments/__init__.py registers only engines it finds).
-  probe = ("import launch, csa_jax.trainer, environments.demos, tensorboardX, environments\n"
+  probe = ("import launch, csa_jax.run.trainer, environments.demos, tensorboardX, environments\n"
            "import importlib.util as u\n"
            "print('envs', environments.list_envs(), 'scienceworld', "
            "u.find_spec('scienceworld'))\n")

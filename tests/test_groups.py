@@ -1,4 +1,4 @@
-"""The task group (csa_jax/groups.py): an iteration's tasks, their episodes padded into
+"""The task group (csa_jax/rollout/groups.py): an iteration's tasks, their episodes padded into
 [B, G, T] arrays, the training rows and the units the model-based methods pack, each
 against a plain-Python reading of the episodes; and one iteration's groups played on a real
 pool. `GroupArrays`' every field is also checked in tests/test_wiring.py."""
@@ -6,9 +6,9 @@ pool. `GroupArrays`' every field is also checked in tests/test_wiring.py."""
 import numpy as np
 import pytest
 
-from csa_jax import groups
-from csa_jax import prompts
 from csa_jax.config import AlgoConfig, EnvConfig, ExperimentConfig, RolloutConfig
+from csa_jax.rollout import groups
+from csa_jax.rollout import prompts
 from environments.pool import EnvPool
 from tests import factories
 from tests.factories import episode, step

@@ -20,8 +20,8 @@ from flax import nnx
 from csa_jax.model import (Decoder, HFCheckpointError, Llama3RopeScaling,
                            ModelConfig, config_from_hf, from_pretrained,
                            load_model, save_pretrained)
-from csa_jax.sampling import SamplingConfig, left_pad, sample
-from csa_jax.tokenizer import train_bpe
+from csa_jax.model.sampling import SamplingConfig, left_pad, sample
+from csa_jax.model.tokenizer import train_bpe
 
 V = 320
 REL_TOL = 1e-4
@@ -192,7 +192,7 @@ def test_save_load_round_trip(tmp_path, overrides, shard):
 
 
 def test_load_with_mesh_places_shards(tmp_path):
-  from csa_jax import mesh as mesh_lib
+  from csa_jax.distributed import mesh as mesh_lib
   cfg = ModelConfig.tiny(V, hidden_size=64, intermediate_size=96, head_dim=16)
   model = Decoder(cfg, rngs=nnx.Rngs(5))
   save_pretrained(model, str(tmp_path))

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from csa_jax import loggers
-from csa_jax import metrics as M
 from csa_jax.config import LogConfig
-from csa_jax.setup_checks import SetupError
-from csa_jax.trainer import Trainer
+from csa_jax.rollout import metrics as M
+from csa_jax.rollout.setup_checks import SetupError
+from csa_jax.run import loggers
+from csa_jax.run.trainer import Trainer
 from tests import tiny_runs
 
 

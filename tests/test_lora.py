@@ -14,11 +14,11 @@ import optax
 import pytest
 from flax import nnx
 
-from csa_jax import train_step as ts
-from csa_jax.checkpoint import Checkpointer
 from csa_jax.config import AlgoConfig, ConfigError, OptimConfig, apply_overrides
 from csa_jax.model import Decoder, LoRAConfig, ModelConfig, hf, lora
-from csa_jax.sampling import SamplingConfig
+from csa_jax.model.sampling import SamplingConfig
+from csa_jax.run.checkpoint import Checkpointer
+from csa_jax.update import train_step as ts
 
 BASE = ModelConfig.tiny(vocab_size=64, max_seq_len=32, hidden_size=32, intermediate_size=64,
                         head_dim=8)
@@ -132,7 +132,7 @@ def _count(tree):
 def test_the_train_state_holds_no_second_base_and_no_moments_for_it(tmp_path):
   """The arrays a LoRA run holds while it trains: the base once, the policy's adapters,
   AdamW's two moments of the adapters alone, and the KL reference as SFT adapters restored
-  from the SFT checkpoint over the very same base buffers (csa_jax/trainer.py,
+  from the SFT checkpoint over the very same base buffers (csa_jax/run/trainer.py,
   `_kl_reference`)."""
   g, p = _lora_model(scan=True)
   adapters, frozen = lora.split(p)
@@ -230,7 +230,7 @@ def test_adapters_on_a_loaded_checkpoint_and_the_peft_files(tmp_path):
 
 def test_sizes_and_the_dry_run_plan_count_adapters_and_base_apart():
   import experiments
-  from csa_jax import dry_run
+  from csa_jax.run import dry_run
   cfg = apply_overrides(experiments.get_experiment("coin_doors_csa"), [
       "rollout.num_envs=4", "algo.minibatch_size=8", "sft.batch_size=8",
       "rollout.max_prompt_tokens=64", "model.lora.rank=4", "model.param_dtype=bfloat16"])

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from csa_jax.checkpoint import Checkpointer
+from csa_jax.run.checkpoint import Checkpointer
 from tests.test_resume import Runs, _metrics, _wait_for
 
 LORA = ["model.lora.rank=8", "model.lora.alpha=16"]

@@ -1,4 +1,4 @@
-"""Tests for csa_jax.mesh: mesh building, rules, and 4x2 == 1-device results.
+"""Tests for csa_jax.distributed.mesh: mesh building, rules, and 4x2 == 1-device results.
 
 The 8-device checks run in a subprocess with
 XLA_FLAGS=--xla_force_host_platform_device_count=8 (`python -m
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from csa_jax import mesh as mesh_lib
+from csa_jax.distributed import mesh as mesh_lib
 from tests import xla_env
 
 
@@ -78,7 +78,7 @@ def _worker():
   from flax import nnx
 
   from csa_jax.model import Decoder, ModelConfig, token_logprobs
-  from csa_jax.sampling import SamplingConfig, left_pad, sample
+  from csa_jax.model.sampling import SamplingConfig, left_pad, sample
 
   assert jax.device_count() == 8, jax.device_count()
   cfg = ModelConfig.tiny(64, qkv_bias=True)

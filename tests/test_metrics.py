@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from csa_jax import loggers
-from csa_jax import metrics as M
+from csa_jax.rollout import metrics as M
+from csa_jax.run import loggers
 from tests.factories import episode, step
 
 

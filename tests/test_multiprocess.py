@@ -1,6 +1,6 @@
 """The trainer across several processes, with JAX's own multi-process runtime on this CPU.
 
-`python -m csa_jax.multiprocess_local --processes 2 --devices 4 -- <launch.py args>` runs
+`python -m csa_jax.distributed.multiprocess_local --processes 2 --devices 4 -- <launch.py args>` runs
 two `launch.py` processes (4 simulated CPU devices each) that form one 8-device mesh, 4x2,
 as two hosts of a pod slice would: a tiny quickstart (SFT, 2 RL iterations, held-out
 evaluation, checkpoints). The same run on one process with 8 devices is the independent
@@ -20,9 +20,9 @@ import jax
 import numpy as np
 import pytest
 
-from csa_jax import metrics as M
 from csa_jax import perf
-from csa_jax.checkpoint import Checkpointer
+from csa_jax.rollout import metrics as M
+from csa_jax.run.checkpoint import Checkpointer
 from tests import tiny_runs
 from tests import xla_env
 
@@ -34,12 +34,12 @@ TINY = [*tiny_runs.TWX_TINY, "sft.epochs=30", "rollout.num_envs=4", "eval.num_ep
 
 
 def test_distributed_primitives_across_two_processes():
-  """csa_jax/distributed.py's shares and reductions in a real 2-process runtime
+  """csa_jax/distributed/processes.py's shares and reductions in a real 2-process runtime
   (tests/multiprocess_probe.py), against values computed here; and the helper's rank
   prefixes and worst exit code."""
   out = subprocess.run(
-      [sys.executable, "-m", "csa_jax.multiprocess_local", "--processes", "2", "--devices",
-       "4", "--script", "tests/multiprocess_probe.py", "--", "--fail"],
+      [sys.executable, "-m", "csa_jax.distributed.multiprocess_local", "--processes", "2",
+       "--devices", "4", "--script", "tests/multiprocess_probe.py", "--", "--fail"],
       cwd=ROOT, capture_output=True, text=True, timeout=300)  # (it sets the device count)
   assert out.returncode == 4, out.stderr[-3000:]  # the worst of 3 and 4
   got = {}
@@ -83,8 +83,8 @@ def test_distributed_primitives_across_two_processes():
 def test_what_two_processes_cannot_run_is_refused_in_one_line(tmp_path, sets, needle):
   work = tmp_path / "w"
   out = subprocess.run(
-      [sys.executable, "-m", "csa_jax.multiprocess_local", "--processes", "2", "--devices",
-       "4", "--", "--exp", "quickstart_coin", "--workdir", str(work), "--set", "sft.num_demos=4",
+      [sys.executable, "-m", "csa_jax.distributed.multiprocess_local", "--processes", "2",
+       "--devices", "4", "--", "--exp", "quickstart_coin", "--workdir", str(work), "--set", "sft.num_demos=4",
        "--set", "env.kwargs.step_limit=4", "--set", "rollout.num_envs=2", *sets],
       cwd=ROOT, capture_output=True, text=True, timeout=300)  # (it sets the device count)
   assert out.returncode == 2, out.stderr[-3000:]
@@ -109,7 +109,7 @@ class Runs:
     return out + (["--resume"] if resume else [])
 
   def two(self, workdir, *sets, resume=False) -> list[str]:
-    return [sys.executable, "-m", "csa_jax.multiprocess_local", "--processes", "2",
+    return [sys.executable, "-m", "csa_jax.distributed.multiprocess_local", "--processes", "2",
             "--devices", "4", "--", *self.args(workdir, *sets, resume=resume)]
 
   def one(self, workdir, *sets, resume=False) -> list[str]:

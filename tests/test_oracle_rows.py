@@ -1,4 +1,4 @@
-"""Rows by oracle label (csa_jax/oracle_rows.py): the classes, the decisive-only update's
+"""Rows by oracle label (csa_jax/update/oracle_rows.py): the classes, the decisive-only update's
 rows, and the per-class gradient diagnostics, whose two classes add up to the whole
 iteration's policy gradient (checked against the update's own loss over all rows)."""
 
@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from csa_jax import data as D
-from csa_jax import groups, oracle_rows
-from csa_jax import train_step as ts
 from csa_jax.algorithms import base
 from csa_jax.algorithms import estimator as estimator_lib
 from csa_jax.config import AlgoConfig, ExperimentConfig, RolloutConfig
 from csa_jax.model import Decoder, ModelConfig
-from csa_jax.rollout import Step, Trajectory
-from csa_jax.sampling import SamplingConfig
+from csa_jax.model.sampling import SamplingConfig
+from csa_jax.rollout import groups
+from csa_jax.rollout.episodes import Step, Trajectory
+from csa_jax.update import data as D
+from csa_jax.update import oracle_rows
+from csa_jax.update import train_step as ts
 
 V, PROMPT, ACT = 48, 6, 3
 SCFG = SamplingConfig(max_new_tokens=ACT, temperature=1.0)

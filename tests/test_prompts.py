@@ -4,8 +4,8 @@ text from injecting special tokens; the think format's wrapper is parsed strictl
 
 import pytest
 
-from csa_jax import prompts as P
-from csa_jax.tokenizer import Tokenizer
+from csa_jax.model.tokenizer import Tokenizer
+from csa_jax.rollout import prompts as P
 from tests import factories
 
 TOK = factories.tokenizer()

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 import launch
-from csa_jax import metrics as M
 from csa_jax import perf
-from csa_jax.checkpoint import Checkpointer
+from csa_jax.rollout import metrics as M
+from csa_jax.run.checkpoint import Checkpointer
 from tests import tiny_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -7,10 +7,10 @@ import zlib
 import numpy as np
 import pytest
 
-from csa_jax import prompts as P
-from csa_jax import rollout as R
 from csa_jax.config import RolloutConfig
-from csa_jax.tokenizer import train_bpe
+from csa_jax.model.tokenizer import train_bpe
+from csa_jax.rollout import episodes as R
+from csa_jax.rollout import prompts as P
 from environments.pool import EnvPool
 from tests import factories
 
@@ -78,8 +78,8 @@ def test_multi_turn_loop_plays_an_expert_on_a_real_pool():
   every step's prompt is the one the SFT rows build for that task and step (prompts tight
   enough that some action lists are cut, so the dropped counts are checked too).
   """
-  from csa_jax.sft_rows import demo_corpus, demo_rows  # pylint: disable=import-outside-toplevel
   from csa_jax.config import ExperimentConfig  # pylint: disable=import-outside-toplevel
+  from csa_jax.rollout.sft_rows import demo_corpus, demo_rows  # pylint: disable=import-outside-toplevel
   from environments.demos import SEP, collect_demos  # pylint: disable=import-outside-toplevel
 
   env_kwargs = {"game": "twc"}
@@ -137,7 +137,7 @@ def test_multi_turn_loop_plays_an_expert_on_a_real_pool():
 def test_think_format_episode_sends_parsed_actions_and_marks_malformed_answers_invalid():
   """On a real pool: the reasoning never reaches the environment; an answer without one
   wrapper is sent as the empty action and counted invalid even if the engine shrugs."""
-  from csa_jax.sft_rows import demo_corpus  # pylint: disable=import-outside-toplevel
+  from csa_jax.rollout.sft_rows import demo_corpus  # pylint: disable=import-outside-toplevel
   from environments.demos import SEP, collect_demos  # pylint: disable=import-outside-toplevel
 
   env_kwargs = {"game": "twc"}
@@ -278,10 +278,10 @@ def test_sampler_policy_samples_only_live_rows_and_answers_as_the_full_batch():
   import jax.numpy as jnp
   from flax import nnx
 
-  from csa_jax import sampling
   from csa_jax.config import ExperimentConfig
   from csa_jax.model import Decoder, ModelConfig
-  from csa_jax.policy import SamplerPolicy, sampling_config
+  from csa_jax.model import sampling
+  from csa_jax.rollout.policy import SamplerPolicy, sampling_config
 
   cfg = ExperimentConfig(
       model=ModelConfig.tiny(vocab_size=TOK.vocab_size, max_seq_len=64),
@@ -312,7 +312,7 @@ def test_sampler_policy_samples_only_live_rows_and_answers_as_the_full_batch():
 
 
 def test_fit_groups_cut_mixed_lengths_into_fitted_batches():
-  from csa_jax.policy import fit_groups
+  from csa_jax.rollout.policy import fit_groups
 
   lengths = [70, 250, 74, 261, 72, 240, 76, 255] * 2
   groups = fit_groups(lengths, budget=384, new_tokens=16, multiple=2)
@@ -338,7 +338,7 @@ def test_fitted_sampler_policy_answers_what_one_bucketed_batch_answers(share_pre
 
   from csa_jax.config import ExperimentConfig
   from csa_jax.model import Decoder, ModelConfig
-  from csa_jax.policy import SamplerPolicy
+  from csa_jax.rollout.policy import SamplerPolicy
 
   rollout = dataclasses.replace(RolloutConfig(), max_prompt_tokens=96, max_action_tokens=5,
                                 num_envs=12)

@@ -1,4 +1,4 @@
-"""Tests for csa_jax.sampling: log-probs vs teacher forcing, greedy, stops."""
+"""Tests for csa_jax.model.sampling: log-probs vs teacher forcing, greedy, stops."""
 
 import jax
 import jax.numpy as jnp
@@ -7,10 +7,10 @@ import pytest
 from flax import nnx
 
 from csa_jax.model import Decoder, ModelConfig, token_logprobs
-from csa_jax.sampling import (PREFIX_BLOCK, SamplingConfig, bucket_length, decode_segments,
-                              left_pad, prefill_groups, sample, split_prefix,
-                              sampling_logprobs, transform_logits,
-                              truncate_at_stop)
+from csa_jax.model.sampling import (PREFIX_BLOCK, SamplingConfig, bucket_length,
+                                    decode_segments, left_pad, prefill_groups, sample,
+                                    sampling_logprobs, split_prefix, transform_logits,
+                                    truncate_at_stop)
 
 V, PAD = 53, 0
 ATOL_LOGP = 1e-6
@@ -192,7 +192,7 @@ def test_sampled_tokens_respect_top_k_and_top_p(model, prompts):
 
 
 def test_compiles_once_per_shape(model, prompts):
-  from csa_jax import sampling
+  from csa_jax.model import sampling
   _, (tokens, mask) = prompts
   cfg = SamplingConfig(max_new_tokens=4)
   sample(model, tokens, mask, rng=jax.random.key(0), cfg=cfg, pad_id=PAD)

@@ -12,10 +12,10 @@ import optax
 import pytest
 from flax import nnx
 
-from csa_jax import mesh as mesh_lib
+from csa_jax.distributed import mesh as mesh_lib
 from csa_jax.model import Decoder, ModelConfig, hf
 from csa_jax.model.decoder import token_logprobs
-from csa_jax.sampling import SamplingConfig, left_pad, sample
+from csa_jax.model.sampling import SamplingConfig, left_pad, sample
 
 V = 96
 CFG = ModelConfig.tiny(V, num_layers=3, qkv_bias=True, max_seq_len=128)

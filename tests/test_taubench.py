@@ -182,7 +182,7 @@ def _tiny_checkpoint(path):
   """A random 2-layer Llama-shaped checkpoint with a BPE tokenizer and a chat template."""
   from flax import nnx
   from csa_jax.model import Decoder, ModelConfig, save_pretrained
-  from csa_jax.tokenizer import train_bpe
+  from csa_jax.model.tokenizer import train_bpe
   tok = train_bpe(["hello I want to cancel my order", "my name is Yusuf Rossi"] * 20, 300)
   tok.save(str(path))
   with open(path / "tokenizer_config.json", "w") as f:
@@ -229,7 +229,7 @@ def test_launch_runs_sft_then_rl_on_a_tiny_budget(tmp_path):
   out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stderr[-3000:]
   assert "| SFT + RL |" in out.stdout
-  from csa_jax import metrics as M
+  from csa_jax.rollout import metrics as M
   recs = M.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
   rl = [r for r in recs if "rollout/success" in r]
   assert len(rl) == 1 and rl[0]["rollout/episodes"] == 2

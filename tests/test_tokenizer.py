@@ -3,7 +3,7 @@ save/load."""
 
 from hypothesis import given, settings, strategies as st
 
-from csa_jax.tokenizer import Tokenizer, train_bpe
+from csa_jax.model.tokenizer import Tokenizer, train_bpe
 
 CORPUS = ["You are in the kitchen. To the North you see the pantry.", " move north",
           " take coin", "Your task is to search the environment and find the coin."] * 20

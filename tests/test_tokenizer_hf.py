@@ -8,7 +8,7 @@ import pytest
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from csa_jax.tokenizer import Tokenizer
+from csa_jax.model.tokenizer import Tokenizer
 
 # The Llama 3 Instruct template (Meta-Llama-3-8B-Instruct tokenizer_config.json).
 LLAMA3_TEMPLATE = (

@@ -10,12 +10,12 @@ import optax
 import pytest
 from flax import nnx
 
-from csa_jax import data as D
-from csa_jax import sampling
-from csa_jax import train_step as ts
 from csa_jax.config import AlgoConfig
 from csa_jax.model import Decoder, ModelConfig, token_logprobs
-from csa_jax.sampling import SamplingConfig
+from csa_jax.model import sampling
+from csa_jax.model.sampling import SamplingConfig
+from csa_jax.update import data as D
+from csa_jax.update import train_step as ts
 
 CFG = ModelConfig.tiny(vocab_size=64, max_seq_len=32, hidden_size=32, intermediate_size=64,
                        head_dim=8)

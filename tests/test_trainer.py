@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import experiments
-from csa_jax import loggers
-from csa_jax import metrics as M
 from csa_jax.config import apply_overrides
-from csa_jax.evaluation import summary_table
-from csa_jax.trainer import Trainer
+from csa_jax.rollout import metrics as M
+from csa_jax.rollout.evaluation import summary_table
+from csa_jax.run import loggers
+from csa_jax.run.trainer import Trainer
 from tests import tiny_runs
 
 
@@ -69,7 +69,7 @@ def _tiny_hf_checkpoint(ckpt, extra_text="", max_seq_len=256):
   from flax import nnx
 
   from csa_jax.model import Decoder, ModelConfig, hf
-  from csa_jax.tokenizer import Tokenizer, train_bpe
+  from csa_jax.model.tokenizer import Tokenizer, train_bpe
 
   tok = train_bpe(["Task: Your task is to find the coin. move north take coin <|user|>"
                    "<|assistant|> You are in the kitchen." + extra_text] * 20, 300)
@@ -109,8 +109,8 @@ def test_think_format_run_of_a_pretrained_checkpoint_stops_at_its_env_step_budge
   """The full-size format on a tiny HF checkpoint: reasoning then <action>...</action>,
   SFT on wrapped expert actions, one RL iteration, and `rl_env_steps` ending RL after the
   iteration that spent it although rl_iterations allows three."""
-  from csa_jax.checkpoint import Checkpointer
-  from csa_jax.prompts import THINK_CUE
+  from csa_jax.rollout.prompts import THINK_CUE
+  from csa_jax.run.checkpoint import Checkpointer
 
   ckpt = tmp_path / "ckpt"
   _tiny_hf_checkpoint(ckpt, extra_text=THINK_CUE + " <action>take coin</action> hmm",

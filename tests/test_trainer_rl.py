@@ -10,14 +10,14 @@ import jax
 import numpy as np
 import pytest
 
-from csa_jax import metrics as M
-from csa_jax import groups
-from csa_jax import guard as guard_lib
-from csa_jax import trainer as trainer_lib
 from csa_jax.algorithms import estimator as estimator_lib
-from csa_jax.checkpoint import Checkpointer
 from csa_jax.config import ConfigError
-from csa_jax.trainer import Trainer
+from csa_jax.rollout import groups
+from csa_jax.rollout import metrics as M
+from csa_jax.run import trainer as trainer_lib
+from csa_jax.run.checkpoint import Checkpointer
+from csa_jax.run.trainer import Trainer
+from csa_jax.update import guard as guard_lib
 from tests import tiny_runs
 from tests.factories import episode, step
 

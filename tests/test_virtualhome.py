@@ -231,7 +231,7 @@ def test_launch_runs_sft_then_rl_on_a_tiny_budget(tmp_path):
   out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stderr[-3000:]
   assert "| SFT + RL |" in out.stdout
-  from csa_jax import metrics as M
+  from csa_jax.rollout import metrics as M
   recs = M.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
   rl = [r for r in recs if "rollout/success" in r]
   assert len(rl) == 1 and rl[0]["rollout/episodes"] == 2

@@ -24,15 +24,15 @@ import pytest
 from flax import nnx
 
 from csa_jax import estimators as est_lib
-from csa_jax import data as data_lib
-from csa_jax import train_step as ts
-from csa_jax.algorithms import base, estimator as estimator_lib, istar, mtdpo
 from csa_jax.algo_config import IStarConfig, MDPOConfig
+from csa_jax.algorithms import base, estimator as estimator_lib, istar, mtdpo
 from csa_jax.config import AlgoConfig, ExperimentConfig, RolloutConfig
 from csa_jax.model import Decoder, ModelConfig
-from csa_jax import groups
-from csa_jax.groups import GroupArrays
-from csa_jax.sampling import SamplingConfig, sampling_logprobs
+from csa_jax.model.sampling import SamplingConfig, sampling_logprobs
+from csa_jax.rollout import groups
+from csa_jax.rollout.groups import GroupArrays
+from csa_jax.update import data as data_lib
+from csa_jax.update import train_step as ts
 from tests.factories import ACT, PROMPT, episode, method_config, random_episodes, step
 
 # ----------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def _shared_run(name: str, make_cfg) -> tuple[str, dict]:
   summary_file = work + ".summary.json"
   with _lock(work + ".lock"):
     if not os.path.exists(summary_file):
-      from csa_jax.trainer import Trainer
+      from csa_jax.run.trainer import Trainer
       shutil.rmtree(work, ignore_errors=True)  # a build that failed half-way
       summary = Trainer(make_cfg(), work).run()
       with open(summary_file + ".tmp", "w") as f:

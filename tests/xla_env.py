@@ -30,7 +30,7 @@ from __future__ import annotations
 import glob
 import os
 
-from csa_jax.multiprocess_local import with_device_count
+from csa_jax.distributed.multiprocess_local import with_device_count
 
 OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 SUITE_FLAGS = (f"{OPT_LEVEL_FLAG}=0",)

@@ -40,8 +40,8 @@ def mlp() -> dict[str, list]:
 
 def dry_run_programs() -> dict[str, list]:
   import experiments  # pylint: disable=g-import-not-at-top
-  from csa_jax import dry_run  # pylint: disable=g-import-not-at-top
   from csa_jax.config import apply_overrides  # pylint: disable=g-import-not-at-top
+  from csa_jax.run import dry_run  # pylint: disable=g-import-not-at-top
   out = {}
   compile_and_measure = dry_run._compile  # pylint: disable=protected-access
 

@@ -24,13 +24,13 @@ import jax
 import numpy as np
 import optax
 
-from csa_jax import data as data_lib
 from csa_jax import perf as perf_lib
-from csa_jax import train_step as ts
 from csa_jax.config import ExperimentConfig, OptimConfig, micro_batches
-from csa_jax.groups import GroupBatch
-from csa_jax.rollout import Trajectory
-from csa_jax.sampling import SamplingConfig
+from csa_jax.model.sampling import SamplingConfig
+from csa_jax.rollout.episodes import Trajectory
+from csa_jax.rollout.groups import GroupBatch
+from csa_jax.update import data as data_lib
+from csa_jax.update import train_step as ts
 
 
 @dataclasses.dataclass

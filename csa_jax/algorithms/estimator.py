@@ -12,12 +12,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from csa_jax import dapo
-from csa_jax import groups
-from csa_jax import oracle_rows
 from csa_jax.algorithms.base import Algorithm, Prepared, skip_update
 from csa_jax.estimators import Estimator, get_estimator
-from csa_jax.groups import GroupArrays
+from csa_jax.estimators import dapo
+from csa_jax.rollout import groups
+from csa_jax.rollout.groups import GroupArrays
+from csa_jax.update import oracle_rows
 
 
 def shaped_rewards(arrays: GroupArrays, algo, rollout

@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from csa_jax import groups
-from csa_jax import train_step as ts
 from csa_jax.algorithms import base
-from csa_jax.sampling import sampling_logprobs
+from csa_jax.model.sampling import sampling_logprobs
+from csa_jax.rollout import groups
+from csa_jax.update import train_step as ts
 
 
 # ----------------------------------------------------------------------------------------

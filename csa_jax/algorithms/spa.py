@@ -69,10 +69,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from csa_jax import groups
-from csa_jax import train_step as ts
 from csa_jax.algorithms import base
 from csa_jax.estimators import discounted_returns
+from csa_jax.rollout import groups
+from csa_jax.update import train_step as ts
 
 # Exploration chunk k samples with jax.random.fold_in(key(seed), _EXPLORE_KEY + k).
 _EXPLORE_KEY = 7_000_000

@@ -7,9 +7,10 @@ functions, and the registry that names them for `algo.estimator`.
 - episode.py: GRPO, Dr.GRPO, RLOO (one advantage per rollout);
 - csa.py: CSA and its variants (csa_valid, csa_decisive, csa_routine, csa_state);
 - gigpo.py: GiGPO and CSA+GiGPO;
-- registry.py: `@register`, beside each definition; `get_estimator`, `list_estimators`.
-DAPO's reward-side parts (dynamic sampling, overlong shaping) are in csa_jax/dapo.py, its
-clip-higher and token-level loss in csa_jax/losses.py; the method that calls an estimator
+- registry.py: `@register`, beside each definition; `get_estimator`, `list_estimators`;
+- dapo.py: DAPO's reward-side parts (dynamic sampling, overlong shaping) over the same
+  arrays; its clip-higher and token-level loss are in csa_jax/losses.py.
+The method that calls an estimator
 (reward shaping, knobs from the config, rows) is csa_jax/algorithms/estimator.py.
 
 Shapes: B task groups, G rollouts per group, T max steps. Every output is 0 where the

@@ -24,7 +24,7 @@ import jax
 
 from csa_jax.algo_config import AlgoConfig
 
-# The arrays an estimator may read (csa_jax/groups.py's GroupArrays, the rewards shaped).
+# The arrays an estimator may read (csa_jax/rollout/groups.py's GroupArrays, the rewards shaped).
 INPUTS = ("rewards_BxG", "logp_BxGxT", "mask_BxGxT", "step_rewards_BxGxT",
           "state_id_BxGxT", "invalid_BxGxT")
 

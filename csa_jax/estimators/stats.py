@@ -11,7 +11,7 @@ so that values equal up to float32 rounding (e.g. a mean that is off by one ulp)
 as equal (for CSA's l also `max - min <= L_TIE_ATOL * max|A_E| * max|logp|` at that
 step); otherwise `ulp / eps` would turn rounding noise into O(0.1..1) advantages.
 Inputs are clipped to +-MAX_ABS and statistics are taken on values scaled by their
-largest magnitude, so nothing overflows. DAPO's dynamic sampling (csa_jax/dapo.py) uses
+largest magnitude, so nothing overflows. DAPO's dynamic sampling (csa_jax/estimators/dapo.py) uses
 the same tie rule, so a group it keeps is exactly one with a non-zero GRPO advantage.
 """
 

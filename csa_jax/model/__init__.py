@@ -1,5 +1,7 @@
-"""Policy model: Llama 3 / Qwen2 decoder in Flax NNX (see decoder.py), and the
-Hugging Face checkpoint loader / exporter (hf.py).
+"""Policy model: Llama 3 / Qwen2 decoder in Flax NNX (see decoder.py), LoRA (lora.py), the
+Hugging Face checkpoint loader / exporter (hf.py) and GGUF import (gguf.py); the tokenizer
+(tokenizer.py), the batched KV-cache sampler (sampling.py), and a chat function over a
+local checkpoint for environments whose other party is a frozen model (chat.py).
 
 The configs are imported with the package; the decoder and the loader (flax, jax) on first
 use of one of their names, so that code that only reads configs (launch.py --list, a bad

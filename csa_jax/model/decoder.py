@@ -20,7 +20,7 @@ is a rename plus a transpose/reshape:
 
 Every parameter carries logical axis names in its `out_sharding` metadata
 (created with eager_sharding=False, so nothing is placed at construction);
-`csa_jax.mesh` maps those names to mesh axes.
+`csa_jax.distributed.mesh` maps those names to mesh axes.
 
 Scanned layers (`ModelConfig.scan_layers`, as MaxText and Tunix do for deep models):
 `layers` is then one DecoderLayer whose parameters are stacked along a leading
@@ -365,7 +365,7 @@ class Decoder(nnx.Module):
     positions at_BxK), in the compute dtype: what the LM head reads, and what a
     value or progress head on top of the policy reads (SPA-RL's estimator).
 
-    segment_ids_BxT (packed rows, csa_jax/data.py): a query attends only keys of its
+    segment_ids_BxT (packed rows, csa_jax/update/data.py): a query attends only keys of its
     own segment (a block-diagonal causal mask); pass positions that restart per segment.
     """
     if attention_mask_BxT is None:

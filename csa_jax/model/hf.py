@@ -35,11 +35,11 @@ import safetensors
 import safetensors.numpy
 from flax import nnx
 
-from csa_jax import mesh as mesh_lib
-from csa_jax.model.config import Llama3RopeScaling, LoRAConfig, ModelConfig
+from csa_jax.distributed import mesh as mesh_lib
 from csa_jax.model import lora as lora_lib
+from csa_jax.model.config import Llama3RopeScaling, LoRAConfig, ModelConfig
 from csa_jax.model.decoder import Decoder
-from csa_jax.tokenizer import Tokenizer
+from csa_jax.model.tokenizer import Tokenizer
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 CONFIG_FILE = "config.json"

@@ -9,7 +9,7 @@ both kinds; this module splits it:
   the adapters are the trainable part and every other parameter (the base: embeddings,
   norms, projections, LM head) the frozen part. A tree without adapters is all trainable
   (a full-parameter run), its frozen part empty. `merge` puts the two back together.
-  The jitted updates (csa_jax/train_step.py) differentiate and donate the trainable part
+  The jitted updates (csa_jax/update/train_step.py) differentiate and donate the trainable part
   only and take the frozen part as a plain argument: the optimizer holds moments for the
   adapters alone, and the base is never copied, so the policy, its KL reference (the SFT
   adapters over the same base) and the sampler all read one set of base buffers.

@@ -27,26 +27,27 @@ from tqdm.auto import tqdm
 
 from csa_jax import algorithms
 from csa_jax import credit
-from csa_jax import data as data_lib
-from csa_jax import distributed as dist
-from csa_jax import groups
-from csa_jax import loggers
-from csa_jax import mesh as mesh_lib
 from csa_jax import perf as perf_lib
 from csa_jax import provenance
-from csa_jax import rollout as rollout_lib
-from csa_jax import sft_progress
-from csa_jax import train_step as ts
 from csa_jax import workdir as workdir_lib
-from csa_jax.checkpoint import Checkpointer, CheckpointError
 from csa_jax.config import ExperimentConfig, micro_batches, to_dict
-from csa_jax.evaluation import OracleProbs, evaluate
-from csa_jax.guard import NonFiniteGuard
-from csa_jax.policy import BuiltPolicy, SamplerPolicy, build_policy, sampling_config
-from csa_jax.setup_checks import SetupError, check_budgets, check_processes
-from csa_jax.sft_rows import demo_corpus, demo_rows, load_demos
-from csa_jax.signals import Interrupted, StopOnSignal
-from csa_jax.tokenizer import Tokenizer, train_bpe
+from csa_jax.distributed import mesh as mesh_lib
+from csa_jax.distributed import processes as dist
+from csa_jax.model.tokenizer import Tokenizer, train_bpe
+from csa_jax.rollout import episodes as rollout_lib
+from csa_jax.rollout import groups
+from csa_jax.rollout import metrics as metrics_lib
+from csa_jax.rollout.evaluation import OracleProbs, evaluate
+from csa_jax.rollout.policy import BuiltPolicy, SamplerPolicy, build_policy, sampling_config
+from csa_jax.rollout.setup_checks import SetupError, check_budgets, check_processes
+from csa_jax.rollout.sft_rows import demo_corpus, demo_rows, load_demos
+from csa_jax.run import loggers
+from csa_jax.run import sft_progress
+from csa_jax.run.checkpoint import Checkpointer, CheckpointError
+from csa_jax.run.signals import Interrupted, StopOnSignal
+from csa_jax.update import data as data_lib
+from csa_jax.update import train_step as ts
+from csa_jax.update.guard import NonFiniteGuard
 from environments.pool import EnvPool
 
 
@@ -173,7 +174,7 @@ class Trainer:
 
   def _sft(self, params, records) -> Any:
     """Behaviour cloning; sft/nll every `log_every` batches (a curve in TensorBoard at the
-    batch number). Stopped by a signal, it saves its progress (csa_jax/sft_progress.py),
+    batch number). Stopped by a signal, it saves its progress (csa_jax/run/sft_progress.py),
     which `--resume` continues from."""
     c = self.cfg
     rows = demo_rows(records, self.tok, c, self.fmt)
@@ -247,7 +248,7 @@ class Trainer:
     m |= dist.env_steps_by_process(played)
     if batch is None:  # every group uniform: nothing to learn from this round
       return state, m | {"perf/update_skipped": 1.0}
-    m |= dist.episode_metrics(batch.trajs, "rollout")
+    m |= metrics_lib.gathered_episode_metrics(batch.trajs, "rollout")
     arrays = batch.arrays
     with self.perf.phase("adv"):
       prep = self.algo.prepare(self.ctx, it, batch, state.params, self.aux)
@@ -353,7 +354,7 @@ class Trainer:
       m, trajs = evaluate(self.pool, policy, self.tok, c, f"{label} ({prefix})", prefix,
                           self.fmt, num_episodes=n)
       out |= m
-      episodes += dist.episode_records(trajs, step, prefix)
+      episodes += metrics_lib.gathered_episode_records(trajs, step, prefix)
     return out | self._oracle_probs(step, n), episodes
 
   def _oracle_probs(self, step: int, n: int | None = None) -> dict:

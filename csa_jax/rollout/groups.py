@@ -17,12 +17,12 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from csa_jax import dapo
-from csa_jax import data as data_lib
-from csa_jax import distributed as dist
-from csa_jax import rollout as rollout_lib
 from csa_jax.config import ExperimentConfig
-from csa_jax.rollout import Trajectory
+from csa_jax.distributed import processes as dist
+from csa_jax.estimators import dapo
+from csa_jax.rollout import episodes as rollout_lib
+from csa_jax.rollout.episodes import Trajectory
+from csa_jax.update import data as data_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +163,7 @@ def step_rows(tr: Trajectory, max_turns: int) -> list[data_lib.Row]:
 def rl_rows(batch: GroupBatch, adv_BxGxT: np.ndarray, row_weight: str = "step",
             keep_BxGxT: np.ndarray | None = None) -> list[data_lib.Row]:
   """One row per real step, with that step's advantage (group by group); with
-  `keep_BxGxT`, only the steps where it is true (csa_jax/oracle_rows.py).
+  `keep_BxGxT`, only the steps where it is true (csa_jax/update/oracle_rows.py).
 
   row_weight "episode" scales each row's advantage by mean_len / len(its episode), so
   every episode carries the same total weight in the loss whatever its length (the

@@ -70,7 +70,7 @@ class SavedPolicy:
 
 def _saved_tokenizer(workdir: str):
   """The tokenizer a from-scratch run saved (`build_policy`'s `tokenizer`)."""
-  from csa_jax.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
+  from csa_jax.model.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
 
   def read(fmt):
     del fmt  # the run's own ids, whatever it was trained on
@@ -85,7 +85,7 @@ def _saved_tokenizer(workdir: str):
 
 def _mesh(cfg: ExperimentConfig):
   """cfg.mesh built, or one line for a mesh that does not fit the devices."""
-  from csa_jax import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
+  from csa_jax.distributed import mesh as mesh_lib  # pylint: disable=import-outside-toplevel
   try:
     return mesh_lib.make_mesh(cfg.mesh)
   except ValueError as e:
@@ -97,10 +97,10 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
   """The policy of `workdir` at `step` ("sft", an RL checkpoint number, or None: the
   newest RL checkpoint, else the SFT weights), with `overrides` applied to its config."""
   from csa_jax import algorithms  # pylint: disable=import-outside-toplevel
-  from csa_jax import train_step as ts  # pylint: disable=import-outside-toplevel
-  from csa_jax.checkpoint import Checkpointer, CheckpointError  # pylint: disable=import-outside-toplevel
   from csa_jax.config import apply_overrides  # pylint: disable=import-outside-toplevel
-  from csa_jax.policy import build_policy  # pylint: disable=import-outside-toplevel
+  from csa_jax.rollout.policy import build_policy  # pylint: disable=import-outside-toplevel
+  from csa_jax.run.checkpoint import Checkpointer, CheckpointError  # pylint: disable=import-outside-toplevel
+  from csa_jax.update import train_step as ts  # pylint: disable=import-outside-toplevel
 
   cfg = load_config(workdir)
   if mesh:
@@ -138,7 +138,7 @@ def load(workdir: str, step: str | None = None, overrides: list[str] | None = No
 def load_prompted(cfg: ExperimentConfig, workdir: str) -> SavedPolicy:
   """The pretrained model of `cfg` (a resolved config with a model_path) as it is, with no
   training: the prompted baseline, evaluated like a run's checkpoints (`evaluate`)."""
-  from csa_jax.policy import build_policy  # pylint: disable=import-outside-toplevel
+  from csa_jax.rollout.policy import build_policy  # pylint: disable=import-outside-toplevel
   if not cfg.model_path:
     raise RunError(f"--prompted evaluates a pretrained model, and {cfg.name} trains one from "
                    "scratch: --set model_path=DIR, or an experiment with a pretrained model "
@@ -152,9 +152,9 @@ def write_prompted(saved: SavedPolicy, result: dict[str, Any]) -> list[str]:
   """The prompted baseline's files, read the way a run's evaluation is: config.json,
   metrics.jsonl (its rates at step 0, where a run has its SFT evaluation),
   eval/episodes.jsonl (one record per episode) and eval/step_prompted.json."""
-  from csa_jax import loggers  # pylint: disable=import-outside-toplevel
   from csa_jax import provenance  # pylint: disable=import-outside-toplevel
   from csa_jax.config import to_dict  # pylint: disable=import-outside-toplevel
+  from csa_jax.run import loggers  # pylint: disable=import-outside-toplevel
   os.makedirs(saved.workdir, exist_ok=True)
   with open(os.path.join(saved.workdir, CONFIG_FILE), "w") as f:
     json.dump(to_dict(saved.cfg) | {"provenance": provenance.record() | {
@@ -174,8 +174,8 @@ def _sampler(saved: SavedPolicy, greedy: bool):
   """The evaluation sampler with the key the run's own evaluations used."""
   import jax  # pylint: disable=import-outside-toplevel
 
-  from csa_jax import distributed as dist  # pylint: disable=import-outside-toplevel
-  from csa_jax.policy import SamplerPolicy  # pylint: disable=import-outside-toplevel
+  from csa_jax.distributed import processes as dist  # pylint: disable=import-outside-toplevel
+  from csa_jax.rollout.policy import SamplerPolicy  # pylint: disable=import-outside-toplevel
   c = saved.cfg
   key = dist.process_key(jax.random.fold_in(jax.random.key(c.seed), 2 + greedy))
   return SamplerPolicy(saved.graphdef, lambda: saved.params, saved.tok, c, greedy=greedy,
@@ -197,8 +197,8 @@ def evaluate(saved: SavedPolicy) -> dict[str, Any]:
   greedy and sampled as eval.greedy / eval.sampled say: metrics, and one record per
   episode as the run's own eval/episodes.jsonl holds them (metrics.episode_records, at
   step 0 for the SFT weights), so the two compare task by task."""
-  from csa_jax import distributed as dist  # pylint: disable=import-outside-toplevel
-  from csa_jax.evaluation import evaluate as trainer_evaluate  # pylint: disable=import-outside-toplevel
+  from csa_jax.rollout import metrics as metrics_lib  # pylint: disable=import-outside-toplevel
+  from csa_jax.rollout.evaluation import evaluate as trainer_evaluate  # pylint: disable=import-outside-toplevel
   c = saved.cfg
   step = 0 if saved.step in ("sft", "prompted") else int(saved.step)
   out: dict[str, Any] = {"step": saved.step, "split": c.env.eval_split,
@@ -211,8 +211,8 @@ def evaluate(saved: SavedPolicy) -> dict[str, Any]:
       m, trajs = trainer_evaluate(pool, _sampler(saved, greedy), saved.tok, c,
                                   f"step {saved.step} ({prefix})", prefix, saved.fmt)
       out["metrics"] |= m
-      # Every process's episodes, as the trainer writes them (dist.episode_records).
-      out["episodes"] += dist.episode_records(trajs, step, prefix)
+      # Every process's episodes, as the trainer writes them (metrics.gathered_episode_records).
+      out["episodes"] += metrics_lib.gathered_episode_records(trajs, step, prefix)
   return out
 
 
@@ -272,7 +272,7 @@ def export_hf(saved: SavedPolicy, path: str) -> list[str]:
   adapter_config.json beside config.json, would load the adapters onto that base instead
   of reading the merged weights."""
   from csa_jax.model import hf  # pylint: disable=import-outside-toplevel
-  from csa_jax.tokenizer import EOS, HF_CONFIG, PAD  # pylint: disable=import-outside-toplevel
+  from csa_jax.model.tokenizer import EOS, HF_CONFIG, PAD  # pylint: disable=import-outside-toplevel
   check_export_dir(path)
   c = saved.cfg
   model = saved.model()
@@ -318,7 +318,7 @@ def play(saved: SavedPolicy, n: int, *, greedy: bool = True) -> list:
   """n held-out episodes (eval_split from eval.first_task), played by the policy."""
   import numpy as np  # pylint: disable=import-outside-toplevel
 
-  from csa_jax import rollout as rollout_lib  # pylint: disable=import-outside-toplevel
+  from csa_jax.rollout import episodes as rollout_lib  # pylint: disable=import-outside-toplevel
   c = saved.cfg
   tasks = [(c.env.eval_split, c.eval.first_task + i) for i in range(n)]
   with _pool(c, min(n, c.rollout.num_envs)) as pool:

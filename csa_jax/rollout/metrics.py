@@ -1,7 +1,7 @@
 """Metrics (host side): what the proposal measures, and where it is written.
 
 - success rate and episode length of a set of trajectories;
-- the JSONL files a run writes (csa_jax/loggers.py writes them): per-episode outcomes
+- the JSONL files a run writes (csa_jax/run/loggers.py writes them): per-episode outcomes
   (`EPISODES_FILE`), how they are replaced and read back.
 """
 
@@ -12,7 +12,10 @@ import os
 import sys
 from typing import Any, Sequence
 
-from csa_jax.rollout import Trajectory
+import numpy as np
+
+from csa_jax.distributed import processes as dist
+from csa_jax.rollout.episodes import Trajectory
 
 
 def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
@@ -21,7 +24,7 @@ def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float
 
 def episode_sums(trajs: Sequence[Trajectory]) -> dict[str, int]:
   """The integer counts the episode metrics are ratios of (summed across processes by
-  csa_jax/distributed.py before the ratios are taken)."""
+  csa_jax/distributed/processes.py before the ratios are taken)."""
   steps = [s for t in trajs for s in t.steps]
   return {"episodes": len(trajs), "won": sum(t.won for t in trajs),
           "length": sum(t.length for t in trajs), "steps": len(steps),
@@ -48,7 +51,7 @@ def episode_rates(sums: dict[str, int], prefix: str) -> dict[str, float]:
 EPISODES_FILE = os.path.join("eval", "episodes.jsonl")
 EPISODE_KEYS = ("step", "policy", "split", "index", "success", "length", "return")
 # Per held-out task, the probability of the oracle action at its first step
-# (csa_jax/evaluation.py, OracleProbs): step, policy ("eval_oracle"), split, index, prob.
+# (csa_jax/rollout/evaluation.py, OracleProbs): step, policy ("eval_oracle"), split, index, prob.
 ORACLE_FILE = os.path.join("eval", "oracle_probs.jsonl")
 
 
@@ -59,6 +62,34 @@ def episode_records(trajs, step: int, policy: str) -> list[dict[str, Any]]:
   return [{"step": int(step), "policy": policy, "split": tr.task[0], "index": int(tr.task[1]),
            "success": int(bool(tr.won)), "length": int(tr.length),
            "return": float(sum(st.reward for st in tr.steps))} for tr in trajs]
+
+
+def gathered_episode_metrics(trajs, prefix: str) -> dict[str, float]:
+  """`episode_metrics` over every process's episodes (their sums, then the rates)."""
+  sums = episode_sums(trajs)
+  if dist.multi():
+    keys = sorted(sums)
+    total = dist.reduce_sum(np.asarray([sums[k] for k in keys], np.int64))
+    sums = {k: int(v) for k, v in zip(keys, total)}
+  return episode_rates(sums, prefix)
+
+
+def gathered_episode_records(trajs, step: int, policy: str) -> list[dict]:
+  """`episode_records` of every process's episodes, in process order (each process
+  plays a share of one split's tasks, so the split is the same everywhere)."""
+  records = episode_records(trajs, step, policy)
+  if not dist.multi():
+    return records
+  cols = {k: dist.gather_concat(np.asarray([r[k] for r in records], np.float64))
+          for k in ("index", "success", "length", "return")}
+  split = records[0]["split"] if records else ""
+  splits = [s for s in dist.gather_concat(np.frombuffer(split.encode().ljust(64), np.uint8)
+                                          ).reshape(-1, 64)]
+  split = next((bytes(s).decode().strip() for s in splits if bytes(s).strip()), "")
+  return [{"step": int(step), "policy": policy, "split": split, "index": int(i),
+           "success": int(w), "length": int(n), "return": float(g)}
+          for i, w, n, g in zip(cols["index"], cols["success"], cols["length"],
+                                cols["return"])]
 
 
 def write_episodes(path: str, records: list[dict[str, Any]]) -> None:

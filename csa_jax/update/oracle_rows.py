@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from csa_jax import data as data_lib
 from csa_jax import losses
-from csa_jax import train_step as ts
 from csa_jax.model import lora
-from csa_jax.sampling import sampling_logprobs
+from csa_jax.model.sampling import sampling_logprobs
+from csa_jax.update import data as data_lib
+from csa_jax.update import train_step as ts
 
 CLASSES = ("decisive", "routine")
 

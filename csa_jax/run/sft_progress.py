@@ -26,7 +26,7 @@ def exists(workdir: str) -> bool:
 
 def save(workdir: str, state: Any, meta: dict[str, Any]) -> str:
   """Saves (and waits for) the SFT state after `meta["batch"]` batches."""
-  from csa_jax.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
+  from csa_jax.run.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
   ckpt = Checkpointer(directory(workdir), max_to_keep=1)
   try:
     ckpt.save(int(meta["batch"]), state, meta)
@@ -36,7 +36,7 @@ def save(workdir: str, state: Any, meta: dict[str, Any]) -> str:
 
 
 def restore(workdir: str, state_template: Any) -> tuple[Any, dict[str, Any]]:
-  from csa_jax.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
+  from csa_jax.run.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
   ckpt = Checkpointer(directory(workdir), max_to_keep=1)
   try:
     return ckpt.restore(state_template)

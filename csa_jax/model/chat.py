@@ -1,5 +1,5 @@
 """A chat function over a local Hugging Face checkpoint, through the project's own loader
-(`csa_jax.model.hf.from_pretrained`) and KV-cache sampler (`csa_jax.sampling.sample`): used
+(`csa_jax.model.hf.from_pretrained`) and KV-cache sampler (`csa_jax.model.sampling.sample`): used
 by environments whose other party is played by a frozen model (tau-bench's user). The
 environments never import it: they load the function a `module:function` name gives
 (`environments.taubench_env`'s `user_chat`, this one by default), so the ground floor does
@@ -21,8 +21,8 @@ def load(model_path: str, *, max_seq_len: int | None = None
          ) -> Callable[[Sequence[Mapping[str, str]], int], str]:
   import jax  # pylint: disable=g-import-not-at-top
 
-  from csa_jax import sampling  # pylint: disable=g-import-not-at-top
   from csa_jax.model import hf  # pylint: disable=g-import-not-at-top
+  from csa_jax.model import sampling  # pylint: disable=g-import-not-at-top
 
   model, tok = hf.from_pretrained(model_path, max_seq_len=max_seq_len)
   limit = model.cfg.max_seq_len

@@ -1,7 +1,7 @@
 """Multi-turn episodes (host side): playing them, and their `Trajectory` records.
 
 The loop follows verl-agent's multi-turn rollout: every turn, the prompts of all live
-episodes (csa_jax/prompts.py builds them and reads the answers) go through the policy in
+episodes (csa_jax/rollout/prompts.py builds them and reads the answers) go through the policy in
 one batched call, and the environment pool steps them in parallel. The policy is any
 callable from prompt ids to action ids and their per-token log-probs (the jitted sampler,
 in training), so this file never touches jax.
@@ -16,9 +16,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from csa_jax.config import RolloutConfig
+from csa_jax.model.tokenizer import Tokenizer
 from csa_jax.perf import Timer
-from csa_jax.prompts import PLAIN, PromptFormat, build_prompt
-from csa_jax.tokenizer import Tokenizer
+from csa_jax.rollout.prompts import PLAIN, PromptFormat, build_prompt
 
 # (prompt ids per row, rng) -> (action ids per row, per-token log-probs per row); the
 # action ids include the end-of-action token when the policy wrote it.

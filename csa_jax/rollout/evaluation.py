@@ -9,14 +9,15 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from csa_jax import data as data_lib
-from csa_jax import distributed as dist
-from csa_jax import prompts
-from csa_jax import rollout as rollout_lib
-from csa_jax import train_step as ts
 from csa_jax.config import ExperimentConfig
-from csa_jax.sampling import sampling_logprobs
-from csa_jax.sft_rows import action_target
+from csa_jax.distributed import processes as dist
+from csa_jax.model.sampling import sampling_logprobs
+from csa_jax.rollout import episodes as rollout_lib
+from csa_jax.rollout import metrics as metrics_lib
+from csa_jax.rollout import prompts
+from csa_jax.rollout.sft_rows import action_target
+from csa_jax.update import data as data_lib
+from csa_jax.update import train_step as ts
 from environments.registry import make_env
 
 # Rows per pass of the oracle-action probabilities (one compiled shape).
@@ -34,7 +35,7 @@ def evaluate(pool, policy, tok, cfg: ExperimentConfig, label: str, prefix: str,
   with tqdm(total=len(tasks), desc=f"eval {label}", unit="ep", leave=False) as bar:
     trajs = rollout_lib.run_episodes(pool, policy, tok, tasks, cfg.rollout,
                                      np.random.default_rng(0), on_wave=bar.update, fmt=fmt)
-  return dist.episode_metrics(trajs, prefix), trajs
+  return metrics_lib.gathered_episode_metrics(trajs, prefix), trajs
 
 
 class OracleProbs:

@@ -1,7 +1,7 @@
 """The policy: how a run's model, tokenizer and prompt format are built (`build_policy`,
 the one place the trainer and every post-training command build them), and the jitted
-sampler (csa_jax/sampling.py) as a host-side policy over lists of token ids
-(`SamplerPolicy`): what the rollout (csa_jax/rollout.py) calls to act, with its own
+sampler (csa_jax/model/sampling.py) as a host-side policy over lists of token ids
+(`SamplerPolicy`): what the rollout (csa_jax/rollout/episodes.py) calls to act, with its own
 checkpointed key stream, sampling only the live rows of a call."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from csa_jax import data as data_lib
-from csa_jax import mesh as mesh_lib
-from csa_jax import rollout as rollout_lib
-from csa_jax import sampling
 from csa_jax.config import ExperimentConfig
+from csa_jax.distributed import mesh as mesh_lib
 from csa_jax.model import Decoder, hf
-from csa_jax.prompts import PromptFormat
-from csa_jax.setup_checks import SetupError
-from csa_jax.tokenizer import Tokenizer
+from csa_jax.model import sampling
+from csa_jax.model.tokenizer import Tokenizer
+from csa_jax.rollout import episodes as rollout_lib
+from csa_jax.rollout.prompts import PromptFormat
+from csa_jax.rollout.setup_checks import SetupError
+from csa_jax.update import data as data_lib
 
 
 class BuiltPolicy(NamedTuple):

@@ -2,7 +2,7 @@
 
 - `metrics.jsonl` in the work directory: one JSON object per line, flushed at each write
   so a crash loses nothing written; the record the reports and a resume read
-  (csa_jax/metrics.py, `read_jsonl`);
+  (csa_jax/rollout/metrics.py, `read_jsonl`);
 - TensorBoard events (`tb/`);
 - Weights & Biases when the config asks (`log.wandb`): each line becomes one row of a W&B
   run kept in the work directory's `wandb/`, with the same keys ("step" among them). With
@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from csa_jax import distributed as dist
 from csa_jax.config import ExperimentConfig, LogConfig, to_dict
-from csa_jax.metrics import EPISODES_FILE, ORACLE_FILE, read_jsonl, rewrite_jsonl, write_episodes
-from csa_jax.setup_checks import SetupError
+from csa_jax.distributed import processes as dist
+from csa_jax.rollout.metrics import (EPISODES_FILE, ORACLE_FILE, read_jsonl, rewrite_jsonl,
+                                     write_episodes)
+from csa_jax.rollout.setup_checks import SetupError
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -133,7 +134,7 @@ class MetricsWriter:
 
 
 class NullWriter:
-  """What processes other than 0 write: nothing (csa_jax/distributed.py, is_writer)."""
+  """What processes other than 0 write: nothing (csa_jax/distributed/processes.py, is_writer)."""
 
   def __init__(self, workdir: str):
     self.path = os.path.join(workdir, METRICS_FILE)

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from csa_jax import distributed as dist
-from csa_jax import prompts
 from csa_jax.config import ConfigError, ExperimentConfig
+from csa_jax.distributed import processes as dist
+from csa_jax.rollout import prompts
 from environments.registry import make_env
 
 

@@ -10,7 +10,7 @@ wraps its action in <action>...</action>; `parse_action` extracts it, and an ans
 exactly one wrapper is sent as the empty action (the environment's own invalid-action
 reply) and counted invalid, so it pays `algo.invalid_penalty` (verl-agent's projection does
 the same). `PromptFormat` frames the text for a raw or a chat model. Episodes
-(csa_jax/rollout.py) build one prompt per live environment every turn.
+(csa_jax/rollout/episodes.py) build one prompt per live environment every turn.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import dataclasses
 import re
 from typing import Sequence
 
-from csa_jax.tokenizer import Tokenizer
+from csa_jax.model.tokenizer import Tokenizer
 
 
 def _first_sentence(text: str, max_chars: int = 120) -> str:

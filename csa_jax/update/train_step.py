@@ -4,7 +4,7 @@ Functional NNX (as in Tunix/MaxText): the model is split once into a static grap
 definition and a parameter pytree; the steps are pure functions of
 (TrainState, batch) -> (TrainState, metrics), jitted with the state donated, so XLA
 updates parameters and optimizer state in place. Batches are the fixed-shape arrays of
-`csa_jax.data`: [N, L] inputs, and [N, A] action-token targets at input positions act_pos;
+`csa_jax.update.data`: [N, L] inputs, and [N, A] action-token targets at input positions act_pos;
 the loss falls where loss_mask is 1.
 
 LoRA policies (csa_jax/model/lora.py): `TrainState.params` is the whole model's State, but
@@ -24,12 +24,12 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from csa_jax import distributed as dist
 from csa_jax import losses
-from csa_jax import mesh as mesh_lib
 from csa_jax.config import AlgoConfig, OptimConfig
+from csa_jax.distributed import mesh as mesh_lib
+from csa_jax.distributed import processes as dist
 from csa_jax.model import lora, token_logprobs
-from csa_jax.sampling import SamplingConfig, sampling_logprobs
+from csa_jax.model.sampling import SamplingConfig, sampling_logprobs
 
 Batch = dict[str, jax.Array]
 
@@ -87,7 +87,7 @@ def reference_params(params, dtype: str = ""):
 
 def action_logits(graphdef, params, batch: Batch) -> jax.Array:
   """Logits [N, A, V] at the positions that predict action tokens; for a packed batch
-  (csa_jax/data.py, `segment_ids` present) at its act_idx slots of the flattened
+  (csa_jax/update/data.py, `segment_ids` present) at its act_idx slots of the flattened
   [S * L] sequences, [R, A, V] in row order: the same arrays as the rows unpacked."""
   model = nnx.merge(graphdef, params)
   if "segment_ids" not in batch:

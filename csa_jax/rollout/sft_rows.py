@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import grain
 
-from csa_jax import data as data_lib
-from csa_jax import prompts
 from csa_jax.config import ExperimentConfig, demos_dir
-from csa_jax.tokenizer import Tokenizer
+from csa_jax.model.tokenizer import Tokenizer
+from csa_jax.rollout import prompts
+from csa_jax.update import data as data_lib
 from environments import demos as demos_lib
 
 

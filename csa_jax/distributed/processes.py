@@ -33,8 +33,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 
-from csa_jax import mesh as mesh_lib
-from csa_jax import metrics as metrics_lib
+from csa_jax.distributed import mesh as mesh_lib
 
 
 def process_index() -> int:
@@ -164,34 +163,6 @@ def env_steps_by_process(local: int) -> dict[str, float]:
     return {}
   every = gather_concat(np.asarray([local], np.int64))
   return {f"rollout/env_steps_process{i}": float(n) for i, n in enumerate(every)}
-
-
-def episode_metrics(trajs, prefix: str) -> dict[str, float]:
-  """metrics.episode_metrics over every process's episodes (their sums, then the rates)."""
-  sums = metrics_lib.episode_sums(trajs)
-  if multi():
-    keys = sorted(sums)
-    total = reduce_sum(np.asarray([sums[k] for k in keys], np.int64))
-    sums = {k: int(v) for k, v in zip(keys, total)}
-  return metrics_lib.episode_rates(sums, prefix)
-
-
-def episode_records(trajs, step: int, policy: str) -> list[dict]:
-  """metrics.episode_records of every process's episodes, in process order (each process
-  plays a share of one split's tasks, so the split is the same everywhere)."""
-  records = metrics_lib.episode_records(trajs, step, policy)
-  if not multi():
-    return records
-  cols = {k: gather_concat(np.asarray([r[k] for r in records], np.float64))
-          for k in ("index", "success", "length", "return")}
-  split = records[0]["split"] if records else ""
-  splits = [s for s in gather_concat(np.frombuffer(split.encode().ljust(64), np.uint8)
-                                     ).reshape(-1, 64)]
-  split = next((bytes(s).decode().strip() for s in splits if bytes(s).strip()), "")
-  return [{"step": int(step), "policy": policy, "split": split, "index": int(i),
-           "success": int(w), "length": int(n), "return": float(g)}
-          for i, w, n, g in zip(cols["index"], cols["success"], cols["length"],
-                                cols["return"])]
 
 
 def gather_steps(adv_BxGxT: np.ndarray, mask_BxGxT: np.ndarray, oracle_BxGxT: np.ndarray

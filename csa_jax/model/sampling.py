@@ -41,7 +41,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from csa_jax import mesh as mesh_lib
+from csa_jax.distributed import mesh as mesh_lib
 from csa_jax.model.decoder import (CACHE_AXES, Decoder, cache_batch_axis, cache_shape,
                                    cache_shardings, default_positions, token_logprobs)
 

@@ -1,12 +1,13 @@
 """N local processes of one JAX program, as the hosts of a pod slice would run it.
 
-    python -m csa_jax.multiprocess_local --processes 2 [--devices 4] -- --exp quickstart --mesh 4x2
+    python -m csa_jax.distributed.multiprocess_local --processes 2 [--devices 4] \\
+        -- --exp quickstart --mesh 4x2
 
 starts `python launch.py <args>` (or `--script FILE`) N times on this machine with the
 standard variables of a multi-process launch (JAX_COORDINATOR_ADDRESS on a free local
 port, JAX_NUM_PROCESSES, JAX_PROCESS_ID), `--devices` simulated CPU devices each
 (XLA_FLAGS) and gloo collectives, so that launch.py takes its multi-process path unchanged
-(csa_jax/mesh.py, maybe_initialize_distributed). Each output line is prefixed with its
+(csa_jax/distributed/mesh.py, maybe_initialize_distributed). Each output line is prefixed with its
 rank ("[1] ..."). SIGTERM and SIGINT are passed on to every process once; when one process
 fails the others get `--grace` seconds to finish before they are terminated (a process
 waiting in a collective for a dead peer would otherwise wait forever). The exit code is

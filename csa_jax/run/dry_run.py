@@ -3,7 +3,7 @@
 `python launch.py --exp NAME --mesh DxM --dry-run` builds the policy's shape (from
 `model_path`'s config.json, or the experiment's `model` for a preset shape; no weights are
 read), lays parameters and optimizer state out on the mesh by the training rules
-(csa_jax/mesh.py: FSDP over 'data', tensor parallel over 'model'), and compiles, with
+(csa_jax/distributed/mesh.py: FSDP over 'data', tensor parallel over 'model'), and compiles, with
 abstract arrays only, the three programs a run is made of: the sampler (prefill and the
 decode loop over `rollout.num_envs` prompts), the SFT step and the RL step (with the KL
 reference when the method has one). Each compiled program reports XLA's own per-device
@@ -41,15 +41,15 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from csa_jax import mesh as mesh_lib
 from csa_jax import pretrained
-from csa_jax import sampling
-from csa_jax import train_step as ts
 from csa_jax.config import ExperimentConfig, micro_batches
-from csa_jax.data import BATCH_KEYS
+from csa_jax.distributed import mesh as mesh_lib
 from csa_jax.model import Decoder, ModelConfig
 from csa_jax.model import hf, lora
+from csa_jax.model import sampling
 from csa_jax.model.decoder import CACHE_AXES, cache_shape, cache_shardings
+from csa_jax.update import train_step as ts
+from csa_jax.update.data import BATCH_KEYS
 
 GiB = 1024 ** 3
 HEADROOM = 0.9  # the verdict's share of device memory a plan may use
