@@ -174,8 +174,10 @@ class SamplerPolicy:
 
 
 # A decode step reads every weight whatever its rows: on a CPU a batch of fewer rows than
-# this costs about as much per step as one of this many (`fit_groups`' cost model).
-DECODE_ROWS_FREE = 16
+# this costs about as much per step as one of this many (`fit_groups`' cost model; with
+# SmolLM2-135M on 2 cores a decode step of 16 rows took as long as a prefill of about 75
+# prompt tokens).
+DECODE_ROWS_FREE = 64
 # fit_groups splits a call only where that saves at least this share of its work (each
 # new batch shape compiles once).
 SPLIT_MIN_GAIN = 1 / 8
