@@ -126,6 +126,7 @@ def main(argv=None) -> int:
 
   from csa_jax.distributed import mesh as mesh_lib
   mesh_lib.maybe_initialize_distributed()
+  mesh_lib.enable_compilation_cache()
   try:
     mesh_lib.make_mesh(cfg.mesh)
   except ValueError as e:

@@ -84,6 +84,19 @@ class RolloutConfig:
   # actions than with overlap off. Pays where environment steps are slow (ALFWorld,
   # ScienceWorld); benchmarks/iteration.py measures it.
   overlap: bool = False
+  # The shapes the sampler runs a call's live prompts in. "bucket": all of them in one
+  # batch, the rows rounded up to a quarter, a half or all of num_envs and the width to a
+  # power of two (at most the prompt budget). "fit": grouped by length into up to three
+  # batches where that saves work, each batch's rows and width rounded up to one of 8
+  # evenly spaced sizes per doubling (at most 1/8 padding; policy.fit_groups); a run
+  # compiles more shapes, and its key stream is split per batch, so a seed draws other
+  # actions than with "bucket".
+  sampler_shapes: str = "bucket"
+  # The prefix every prompt of a sampler call starts with (the chat header and system
+  # message, the task line of one group) goes through the model once and its cache is
+  # copied to every row (sampling.sample's share_prefix): the same samples up to float
+  # rounding, less prefill work.
+  share_prefix: bool = False
 
   @property
   def seq_len(self) -> int:

@@ -202,6 +202,10 @@ FIELDS: dict[str, Field] = {
                                "sampler's rows", ge(0)),
     "rollout.overlap": F("step one half of the environments while the device samples for "
                          "the other"),
+    "rollout.sampler_shapes": F("'bucket': a call's prompts in one batch of bucketed rows and "
+                                "width; 'fit': grouped by length, fitted widths",
+                                one_of(("bucket", "fit"))),
+    "rollout.share_prefix": F("prefill the prompts' common prefix once per sampler call"),
     # algo
     "algo.method": F("what drives an RL iteration (csa_jax/algorithms)", one_of(METHODS)),
     "algo.estimator": F("the advantage estimator of method 'estimator' "

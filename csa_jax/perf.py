@@ -62,15 +62,17 @@ class Timer:
     self.counts[name] += value
 
   def count_sampler_call(self, prompt_lens: list[int], live: list[bool], gen_lens: list[int],
-                         rows: int, prompt_width: int) -> None:
+                         groups: list[tuple[list[int], int, int]]) -> None:
     """One policy call over len(prompt_lens) slots, `live` marking real prompts (the
-    others are dummies of finished or idle slots), that sampled `rows` rows (at least the
-    live ones; the sampler may skip dummies) padded to `prompt_width` slots. The decode
-    loop runs until its longest row stops, so every row costs the longest live answer."""
+    others are dummies of finished or idle slots), that sampled the batches `groups`:
+    (the slots a batch holds, its rows: at least those, the sampler may skip dummies, its
+    prompt width). A batch's decode loop runs until its longest row stops, so each of its
+    rows costs its longest live answer."""
     self.add("prompt_tokens", sum(n for n, ok in zip(prompt_lens, live) if ok))
-    self.add("prompt_slots", rows * prompt_width)
     self.add("gen_tokens", sum(n for n, ok in zip(gen_lens, live) if ok))
-    self.add("gen_slots", rows * max((n for n, ok in zip(gen_lens, live) if ok), default=0))
+    for slots, rows, prompt_width in groups:
+      self.add("prompt_slots", rows * prompt_width)
+      self.add("gen_slots", rows * max((gen_lens[i] for i in slots if live[i]), default=0))
 
   def count_train_batch(self, real_tokens: int, slots: int) -> None:
     self.add("train_tokens", real_tokens)

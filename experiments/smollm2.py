@@ -17,7 +17,9 @@ projection, the base frozen (csa_jax/model/lora.py); the layers scanned, so each
 compiles in time flat in depth. Prompts go through the model's ChatML template with a short
 system message (SYSTEM_PROMPT); the task text, the history and the action list are the
 rollout's own (csa_jax/rollout/episodes.py), and the model answers with the action in its assistant
-turn. Every prompt token costs about 0.27 GFLOP of forward pass (2 x 135M), so the prompt
+turn. The sampler fits its batches to the prompts' lengths and prefills their common prefix
+once (rollout.sampler_shapes=fit, rollout.share_prefix; benchmarks/real_model.py measures
+them). Every prompt token costs about 0.27 GFLOP of forward pass (2 x 135M), so the prompt
 and action budgets are set just above what the chat-rendered prompts need, measured on the
 expert's episodes with this tokenizer and system message:
 
@@ -78,7 +80,8 @@ def _on_smollm2(cfg: ExperimentConfig, name: str, *, prompt_tokens: int, action_
       model=preset("smollm2-135m", dtype="float32", remat=False, scan_layers=True, lora=LORA),
       rollout=dataclasses.replace(cfg.rollout, max_prompt_tokens=prompt_tokens,
                                   max_action_tokens=action_tokens,
-                                  system_prompt=SYSTEM_PROMPT))
+                                  system_prompt=SYSTEM_PROMPT, sampler_shapes="fit",
+                                  share_prefix=True))
 
 
 def keydoor_h4() -> ExperimentConfig:

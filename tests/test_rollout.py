@@ -309,3 +309,57 @@ def test_sampler_policy_samples_only_live_rows_and_answers_as_the_full_batch():
         np.testing.assert_allclose(logps[i], np.asarray(full.logprobs_BxN)[i, :n], atol=1e-5)
       else:
         assert ids[i] == [] and logps[i] == []
+
+
+def test_fit_groups_cut_mixed_lengths_into_fitted_batches():
+  from csa_jax.rollout.policy import fit_groups
+
+  lengths = [30, 250, 34, 261, 32, 240, 36, 255] * 2
+  groups = fit_groups(lengths, budget=384, new_tokens=16, multiple=2)
+  assert sorted(i for idx, _, _ in groups for i in idx) == list(range(16))
+  assert len(groups) == 2
+  for idx, rows, width in groups:
+    assert rows >= len(idx) and rows % 2 == 0
+    assert max(lengths[i] for i in idx) <= width <= 384
+    assert width <= 1.125 * max(lengths[i] for i in idx)
+  assert {max(lengths[i] for i in idx) for idx, _, _ in groups} == {36, 261}
+  # Alike lengths stay one batch; the width never passes the budget; no prompts, no batch.
+  assert len(fit_groups([70, 72, 74, 76] * 4, 80, 6)) == 1
+  assert fit_groups([79], 80, 6) == [([0], 1, 80)]
+  assert fit_groups([], 80, 6) == []
+
+
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_fitted_sampler_policy_answers_what_one_bucketed_batch_answers(share_prefix):
+  """rollout.sampler_shapes=fit (and share_prefix): live prompts of two lengths sampled in
+  fitted batches give each row the greedy answer and log-probs of the one bucketed batch."""
+  import jax
+  from flax import nnx
+
+  from csa_jax.config import ExperimentConfig
+  from csa_jax.model import Decoder, ModelConfig
+  from csa_jax.rollout.policy import SamplerPolicy
+
+  rollout = dataclasses.replace(RolloutConfig(), max_prompt_tokens=128, max_action_tokens=3,
+                                num_envs=12)
+  cfg = ExperimentConfig(model=ModelConfig.tiny(vocab_size=TOK.vocab_size, max_seq_len=160),
+                         rollout=rollout)
+  graphdef, params = nnx.split(Decoder(cfg.model, rngs=nnx.Rngs(0)), nnx.Param)
+  fit_cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(
+      rollout, sampler_shapes="fit", share_prefix=share_prefix))
+  bucket = SamplerPolicy(graphdef, lambda: params, TOK, cfg, greedy=True, key=jax.random.key(0))
+  fit = SamplerPolicy(graphdef, lambda: params, TOK, fit_cfg, greedy=True,
+                      key=jax.random.key(0))
+  rng = np.random.default_rng(1)
+  head = list(rng.integers(3, TOK.vocab_size, 16))
+  real = [head + list(rng.integers(3, TOK.vocab_size, n)) for n in (4, 105, 6, 100, 5, 103, 3)]
+  dummy = R.dummy_prompt(TOK)
+  prompts = real[:4] + [dummy] + real[4:] + [dummy] * 4
+  groups = fit.sampler_groups(prompts)
+  assert len(groups) == 2 and sorted(i for s, _, _ in groups for i in s) == [0, 1, 2, 3, 5, 6, 7]
+  want_ids, want_logps = bucket(prompts, rng)
+  got_ids, got_logps = fit(prompts, rng)
+  assert got_ids == want_ids
+  for a, b in zip(got_logps, want_logps):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+  assert fit([dummy] * 12, rng) == ([[]] * 12, [[]] * 12)

@@ -7,10 +7,10 @@ import pytest
 from flax import nnx
 
 from csa_jax.model import Decoder, ModelConfig, token_logprobs
-from csa_jax.model.sampling import (SamplingConfig, bucket_length, decode_segments, left_pad,
-                              prefill_groups, sample,
-                              sampling_logprobs, transform_logits,
-                              truncate_at_stop)
+from csa_jax.model.sampling import (PREFIX_BLOCK, SamplingConfig, bucket_length,
+                                    decode_segments, left_pad, prefill_groups, sample,
+                                    sampling_logprobs, split_prefix, transform_logits,
+                                    truncate_at_stop)
 
 V, PAD = 53, 0
 ATOL_LOGP = 1e-6
@@ -371,6 +371,45 @@ def test_identical_prompts_share_one_prefill(model, prompts):
   chunked = sample(model, tokens, mask, rng=jax.random.key(7), cfg=cfg, pad_id=PAD,
                    prefill_chunk=2)
   np.testing.assert_array_equal(np.asarray(chunked.tokens_BxN), np.asarray(got.tokens_BxN))
+
+
+def test_split_prefix_takes_whole_blocks_every_row_starts_with():
+  rng = np.random.default_rng(3)
+  head = rng.integers(1, V, 40).tolist()
+  rows = [head + rng.integers(1, V, n).tolist() for n in (3, 9, 1)] + [head[:35]]
+  tokens, mask = left_pad(rows, PAD, bucket=64)
+  prefix, rest, rest_mask = split_prefix(tokens, mask, PAD)
+  # 35 shared tokens (the last row is head[:35], one kept as its own): 2 blocks of 16.
+  assert prefix.shape == (1, 2 * PREFIX_BLOCK)
+  assert prefix[0].tolist() == head[:2 * PREFIX_BLOCK]
+  assert rest.shape == (4, 64 - 2 * PREFIX_BLOCK)
+  for r, t, m in zip(rows, rest, rest_mask):
+    assert t[m > 0].tolist() == r[2 * PREFIX_BLOCK:] and m[-1] == 1
+  # No whole block in common: nothing split off.
+  other = left_pad([head[:20] + [1], head[:15] + [2] + head[16:20]], PAD, bucket=32)
+  assert split_prefix(*other, PAD)[0] is None
+
+
+@pytest.mark.parametrize("chunk", [0, 2])
+def test_a_shared_prefix_samples_what_whole_prompts_sample(model, chunk):
+  """share_prefix: the common prefix prefilled once and its cache copied to every row
+  gives the tokens of whole-prompt prefills and their log-probs within float rounding,
+  and a float64 teacher-forced reference's log-probs."""
+  rng = np.random.default_rng(4)
+  head = rng.integers(1, V, 37).tolist()
+  tails = [rng.integers(1, V, n).tolist() for n in (4, 11, 2, 7)]
+  rows = [head + t for t in tails] + [head + tails[0]] * 4  # repeated rows share a prefill
+  tokens, mask = left_pad(rows, PAD, bucket=64)
+  for cfg in (SamplingConfig(max_new_tokens=6, greedy=True), SamplingConfig(max_new_tokens=6),
+              SamplingConfig(max_new_tokens=6, temperature=0.7, top_k=5)):
+    got = sample(model, tokens, mask, rng=jax.random.key(9), cfg=cfg, pad_id=PAD,
+                 share_prefix=True, prefill_chunk=chunk)
+    want = sample(model, tokens, mask, rng=jax.random.key(9), cfg=cfg, pad_id=PAD)
+    np.testing.assert_array_equal(np.asarray(got.tokens_BxN), np.asarray(want.tokens_BxN))
+    np.testing.assert_array_equal(np.asarray(got.mask_BxN), np.asarray(want.mask_BxN))
+    np.testing.assert_allclose(np.asarray(got.logprobs_BxN), np.asarray(want.logprobs_BxN),
+                               rtol=0, atol=ATOL_LOGP)
+    _assert_float64_logprobs(model, tokens, mask, got, cfg)
 
 
 def test_bucket_length_picks_few_widths_that_hold_the_prompt():

@@ -153,23 +153,34 @@ class _Loop:
   done_B: jax.Array
 
 
-def _prefill(model, tokens_BxP, positions_BxP, kv_mask_BxS, s, chunk):
+def _prefill(model, tokens_BxP, positions_BxP, kv_mask_BxS, s, chunk, start=None):
   """Logits of each row's last prompt slot [B, 1, V] and the filled cache of S slots.
 
   With `chunk` (< B, dividing it) the rows go through in B / chunk passes one after
   another (lax.map): a prompt's attention scores are [P, S] per head, so the prefill's
   temporaries scale with the rows in flight. Pass k takes rows k, k + C, ... (C passes),
-  so every pass keeps the batch's sharding over 'data'."""
+  so every pass keeps the batch's sharding over 'data'.
+
+  start: (cache of one row with slots 0 .. l-1 filled, l): every row's cache starts as a
+  copy of it (a shared prefix, `_prefix_cache`) and the tokens go to slots l .. S-1."""
   b = tokens_BxP.shape[0]
+  ax = cache_batch_axis(model.cfg)
+
+  def first_cache(n):
+    if start is None:
+      return model.init_cache(n, s)
+    return jax.tree.map(lambda c: jnp.repeat(c, n, axis=c.ndim - 4), start[0])
+
+  index = 0 if start is None else start[1]
   if not chunk or chunk >= b:
-    return model.forward_cached(tokens_BxP, positions_BxP, model.init_cache(b, s), 0,
+    return model.forward_cached(tokens_BxP, positions_BxP, first_cache(b), index,
                                 kv_mask_BxS, last_only=True)
   if b % chunk:
     raise ValueError(f"prefill_chunk {chunk} does not divide the batch of {b} prompts")
   c = b // chunk
   split = lambda x: jnp.moveaxis(x.reshape(chunk, c, *x.shape[1:]), 1, 0)
   merge = lambda x: jnp.moveaxis(x, 0, 1).reshape(b, *x.shape[2:])
-  ax = cache_batch_axis(model.cfg)  # lax.map stacks each pass's cache on a new axis 0
+  # lax.map stacks each pass's cache on a new axis 0 (before the batch axis `ax`).
 
   def merge_cache(x):  # [c, ..., chunk (at ax + 1), ...] -> [..., b (at ax), ...]
     x = jnp.moveaxis(x, 0, ax + 1)
@@ -177,7 +188,7 @@ def _prefill(model, tokens_BxP, positions_BxP, kv_mask_BxS, s, chunk):
 
   def one(args):
     tok, pos, kvm = args
-    return model.forward_cached(tok, pos, model.init_cache(chunk, s), 0, kvm, last_only=True)
+    return model.forward_cached(tok, pos, first_cache(chunk), index, kvm, last_only=True)
 
   logits, cache = jax.lax.map(one, (split(tokens_BxP), split(positions_BxP),
                                     split(kv_mask_BxS)))
@@ -234,28 +245,39 @@ def prefill_groups(tokens_BxP: np.ndarray, mask_BxP: np.ndarray, chunk: int = 0
 @functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id",
                                               "cache_sharding", "prefill_chunk",
                                               "decode_segment"))
-def _sample_jit(graphdef, state, tokens_BxP, mask_BxP, rng, groups=None, *, cfg, pad_id,
-                cache_sharding, prefill_chunk=0, decode_segment=0):
+def _sample_jit(graphdef, state, tokens_BxW, mask_BxW, rng, groups=None, prefix_1xL=None, *,
+                cfg, pad_id, cache_sharding, prefill_chunk=0, decode_segment=0):
+  """tokens_BxW / mask_BxW: the prompts, or with prefix_1xL (a prefix every prompt starts
+  with, `split_prefix`) what follows it in each."""
   model = nnx.merge(graphdef, state)
-  b, p = tokens_BxP.shape
+  b, w = tokens_BxW.shape
   n = cfg.max_new_tokens
-  tokens_BxP, mask_BxP = to_left_padding(tokens_BxP, mask_BxP, pad_id)
+  tokens_BxW, mask_BxW = to_left_padding(tokens_BxW, mask_BxW, pad_id)
   constrain = ((lambda c: jax.lax.with_sharding_constraint(c, cache_sharding))
                if cache_sharding is not None else (lambda c: c))
   # The cache holds only the slots written so far plus the current segment's: attention
   # at step i reads p + (end of i's segment) slots, not p + n - 1. The prefill's cache is
-  # the prompt's p slots; each segment appends its slots before its loop starts.
+  # the prompt's p slots (the shared prefix's l, then the rest's w); each segment appends
+  # its slots before its loop starts.
+  l = 0 if prefix_1xL is None else prefix_1xL.shape[1]
+  p = l + w
+  start = None
+  if l:  # the prefix goes through the model once; every row's cache starts with its slots
+    _, cache_1 = model.forward_cached(prefix_1xL, jnp.arange(l)[None], model.init_cache(1, p),
+                                      0, jnp.ones((1, p), jnp.int32), last_only=True)
+    start = (cache_1, l)
+  positions_BxW = l + default_positions(mask_BxW)
+  mask_BxP = jnp.concatenate([jnp.ones((b, l), jnp.int32), mask_BxW], 1)
   if groups is None:
-    logits_Bx1xV, cache = _prefill(model, tokens_BxP, default_positions(mask_BxP),
-                                   mask_BxP, p, prefill_chunk)
+    logits_Bx1xV, cache = _prefill(model, tokens_BxW, positions_BxW, mask_BxP, p,
+                                   prefill_chunk, start)
   else:  # (rows_U, index_B) of `prefill_groups`: identical rows share one prefill
     rows_U, index_B = groups
-    mask_UxP = mask_BxP[rows_U]
-    logits_Ux1xV, cache = _prefill(model, tokens_BxP[rows_U], default_positions(mask_UxP),
-                                   mask_UxP, p, prefill_chunk)
+    logits_Ux1xV, cache = _prefill(model, tokens_BxW[rows_U], positions_BxW[rows_U],
+                                   mask_BxP[rows_U], p, prefill_chunk, start)
     logits_Bx1xV = logits_Ux1xV[index_B]
     cache = jax.tree.map(lambda c: _cache_rows(c, index_B), cache)
-  first_pos_B = mask_BxP.sum(1)  # position of the first generated token
+  first_pos_B = l + mask_BxW.sum(1)  # position of the first generated token
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
 
   def draw(s: _Loop) -> tuple[_Loop, jax.Array]:
@@ -308,7 +330,7 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
            mesh: Mesh | None = None,
            rules: mesh_lib.Rules = mesh_lib.SAMPLE_RULES,
            prefill_chunk: int = 0, decode_segment: int = 32,
-           share_prefill: bool = True) -> SampleOutput:
+           share_prefill: bool = True, share_prefix: bool = False) -> SampleOutput:
   """Samples up to cfg.max_new_tokens tokens after each prompt row.
 
   prompt_mask_BxP is 1 on real prompt tokens (left or right padded, at least
@@ -321,7 +343,11 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
   the end of its segment only, so shorter segments read less cache per token but add a
   compiled loop (and a cache copy) each; it does not change the result. share_prefill:
   identical prompt rows are prefilled once and their cache rows copied
-  (`prefill_groups`); it does not change the result either.
+  (`prefill_groups`); it does not change the result either. share_prefix: the prefix every
+  prompt row starts with (a chat template's header and system message, a task line), in
+  whole blocks of `split_prefix`, goes through the model once and its cache slots are
+  copied to every row; the same numbers up to float rounding (the prefix's keys are
+  computed in a batch of one row).
   """
   mask_np = np.asarray(prompt_mask_BxP)
   if mask_np.ndim != 2 or np.asarray(prompt_tokens_BxP).shape != mask_np.shape:
@@ -354,16 +380,56 @@ def sample(model: Decoder, prompt_tokens_BxP, prompt_mask_BxP, *,
     one = NamedSharding(mesh, mesh_lib.logical_to_spec(CACHE_AXES, rules,
                                                       shape, mesh))
     cache_sharding = cache_shardings(model.cfg, one)
-  groups = (prefill_groups(np.asarray(prompt_tokens_BxP), mask_np, prefill_chunk)
-            if share_prefill else None)
+  tokens_np, prefix = np.asarray(prompt_tokens_BxP), None
+  if share_prefix:
+    prefix, tokens_np, mask_np = split_prefix(tokens_np, mask_np, pad_id)
+    if prefix is not None:
+      tokens, mask = (jnp.asarray(tokens_np, jnp.int32), jnp.asarray(mask_np, jnp.int32))
+      if mesh is not None:
+        tokens = jax.device_put(tokens, mesh_lib.batch_sharding(mesh))
+        mask = jax.device_put(mask, mesh_lib.batch_sharding(mesh))
+  put = (jnp.asarray if mesh is None else
+         lambda g: jax.device_put(g, mesh_lib.replicated(mesh)))
+  groups = prefill_groups(tokens_np, mask_np, prefill_chunk) if share_prefill else None
   if groups is not None:
-    groups = tuple(jnp.asarray(g) if mesh is None else
-                   jax.device_put(g, mesh_lib.replicated(mesh)) for g in groups)
+    groups = tuple(put(g) for g in groups)
+  if prefix is not None:
+    prefix = put(prefix)
   graphdef, state = nnx.split(model)
-  return _sample_jit(graphdef, state, tokens, mask, rng, groups, cfg=cfg,
+  return _sample_jit(graphdef, state, tokens, mask, rng, groups, prefix, cfg=cfg,
                      pad_id=int(pad_id), cache_sharding=cache_sharding,
                      prefill_chunk=int(prefill_chunk),
                      decode_segment=int(decode_segment))
+
+
+# A shared prefix is split off in blocks of PREFIX_BLOCK tokens, its length rounded down to
+# a power-of-two number of blocks, so calls whose prompts share a little more or less text
+# compile the same shapes.
+PREFIX_BLOCK = 16
+
+
+def split_prefix(tokens_BxP: np.ndarray, mask_BxP: np.ndarray, pad_id: int
+                 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+  """(prefix [1, l], the rest [B, P - l] left-padded, its mask): l is the longest length
+  of PREFIX_BLOCK x 2^k tokens that every row's real tokens start with and that leaves
+  each row at least one token of its own; (None, tokens, mask) when no block is shared."""
+  rows = [t[m > 0] for t, m in zip(tokens_BxP, mask_BxP)]
+  shortest = min(len(r) for r in rows)
+  common = shortest - 1
+  first = rows[0]
+  for r in rows[1:]:
+    diff = np.nonzero(r[:common] != first[:common])[0]
+    common = int(diff[0]) if len(diff) else common
+  if common < PREFIX_BLOCK:
+    return None, tokens_BxP, mask_BxP
+  l = PREFIX_BLOCK << ((common // PREFIX_BLOCK).bit_length() - 1)
+  w = tokens_BxP.shape[1] - l
+  tokens = np.full((len(rows), w), pad_id, np.int32)
+  mask = np.zeros((len(rows), w), np.int32)
+  for i, r in enumerate(rows):
+    tokens[i, w - len(r) + l:] = r[l:]
+    mask[i, w - len(r) + l:] = 1
+  return first[None, :l].astype(np.int32), tokens, mask
 
 
 def left_pad(token_lists: Sequence[Sequence[int]], pad_id: int,

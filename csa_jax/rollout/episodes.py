@@ -142,14 +142,14 @@ class _Wave:
     return prompts, dropped
 
   def act(self, idx: list[int], first: int, prompts, dropped, action_ids, action_logps,
-          shape: tuple[int, int]) -> None:
+          groups) -> None:
     """Steps the environments of `idx` with the policy's answers and records the steps;
-    the call sampled `shape` = (rows, prompt width) (`_sampler_shape`)."""
+    the call sampled the batches `groups` (`_sampler_groups`)."""
     live = [False] * len(prompts)
     for i in idx:
       live[i - first] = True
     self.perf.count_sampler_call([len(p) for p in prompts], live,
-                                 [len(a) for a in action_ids], *shape)
+                                 [len(a) for a in action_ids], groups)
     answers = [self.fmt.read_answer(action_text(self.tok, action_ids[i - first])) for i in idx]
     with self.perf.phase("env"):
       stepped = self.pool.step(idx, [a for a, _ in answers])
@@ -183,12 +183,19 @@ def dummy_prompt(tok: Tokenizer) -> list[int]:
   return [tok.eos_id]
 
 
-def _sampler_shape(policy, prompts: list[list[int]], cfg: RolloutConfig) -> tuple[int, int]:
-  """(rows, prompt width) a policy call samples for `prompts`: the policy's own
-  `sampler_shape` where it has one (policy.SamplerPolicy drops dummy rows and buckets
-  widths), else every row at the prompt budget."""
+def _sampler_groups(policy, prompts: list[list[int]], cfg: RolloutConfig
+                    ) -> list[tuple[list[int], int, int]]:
+  """The batches a policy call samples for `prompts`, as (slots, rows, prompt width): the
+  policy's own `sampler_groups` where it has one (policy.SamplerPolicy drops dummy rows
+  and buckets or fits widths), else one batch of its `sampler_shape`, else every row at
+  the prompt budget."""
+  groups = getattr(policy, "sampler_groups", None)
+  if groups is not None:
+    return groups(prompts)
   shape = getattr(policy, "sampler_shape", None)
-  return shape(prompts) if shape is not None else (len(prompts), cfg.max_prompt_tokens)
+  rows, width = (shape(prompts) if shape is not None
+                 else (len(prompts), cfg.max_prompt_tokens))
+  return [(list(range(len(prompts))), rows, width)]
 
 
 def _play_serial(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) -> None:
@@ -202,7 +209,7 @@ def _play_serial(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) -> Non
     with wave.perf.phase("sample"):
       action_ids, action_logps = policy(prompts, rng)
     wave.act(idx, 0, prompts, dropped, action_ids, action_logps,
-             _sampler_shape(policy, prompts, wave.cfg))
+             _sampler_groups(policy, prompts, wave.cfg))
 
 
 def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) -> None:
@@ -230,7 +237,7 @@ def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) ->
       prompts, dropped = wave.prompts(idx, firsts[k], half)
       with wave.perf.phase("sample"):
         pending[k] = (idx, prompts, dropped, dispatch(prompts, rng),
-                      _sampler_shape(policy, prompts, wave.cfg))
+                      _sampler_groups(policy, prompts, wave.cfg))
       turns[k] += 1
 
   launch(0)
@@ -239,9 +246,9 @@ def _play_overlapped(wave: _Wave, policy: PolicyFn, rng: np.random.Generator) ->
     for k in (0, 1):
       if pending[k] is None:
         continue
-      idx, prompts, dropped, handle, shape = pending[k]
+      idx, prompts, dropped, handle, groups = pending[k]
       with wave.perf.phase("sample"):
         action_ids, action_logps = collect(handle)
       # The other half's sampling (dispatched last) runs on the device meanwhile.
-      wave.act(idx, firsts[k], prompts, dropped, action_ids, action_logps, shape)
+      wave.act(idx, firsts[k], prompts, dropped, action_ids, action_logps, groups)
       launch(k)

@@ -21,6 +21,7 @@ from csa_jax.model.tokenizer import Tokenizer
 from csa_jax.rollout import episodes as rollout_lib
 from csa_jax.rollout.prompts import PromptFormat
 from csa_jax.rollout.setup_checks import SetupError
+from csa_jax.update import data as data_lib
 
 
 class BuiltPolicy(NamedTuple):
@@ -89,6 +90,7 @@ class SamplerPolicy:
     self._scfg = sampling_config(cfg, tok, greedy=greedy, temperature=temperature)
     self._bucket = cfg.rollout.max_prompt_tokens
     self._prefill_chunk = cfg.rollout.prefill_chunk
+    self._shapes, self._share_prefix = cfg.rollout.sampler_shapes, cfg.rollout.share_prefix
     self.key = key
 
   def __call__(self, prompts: list[list[int]], rng: np.random.Generator):
@@ -99,19 +101,24 @@ class SamplerPolicy:
     """Starts sampling and returns at once (JAX dispatch is asynchronous): the arrays
     are ready when `collect` reads them (rollout.overlap steps environments meanwhile)."""
     del rng  # the sampler's randomness comes from its own jax key stream
-    live, (rows, width) = self._live(prompts), self.sampler_shape(prompts)
-    # Rows beyond the live ones repeat the first (one shared prefill; a call of dummies
-    # alone samples one of them); their answers are dropped.
-    first = live[0] if live else 0
-    chosen = live + [first] * (rows - len(live))
-    tokens, mask = sampling.left_pad([prompts[i] for i in chosen], self._tok.pad_id,
-                                     bucket=width)
+    groups = self.sampler_groups(prompts)
     self.key, sub = jax.random.split(self.key)
     model = nnx.merge(self._graphdef, self._get_params())
-    out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask), rng=sub,
-                          cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
-                          prefill_chunk=self._prefill_chunk)
-    return out, live, len(prompts)
+    parts = []
+    for g, (slots, rows, width) in enumerate(groups):
+      # Rows beyond the live ones repeat the first (one shared prefill; a call of dummies
+      # alone samples one of them); their answers are dropped.
+      first = slots[0] if slots else 0
+      chosen = slots + [first] * (rows - len(slots))
+      tokens, mask = sampling.left_pad([prompts[i] for i in chosen], self._tok.pad_id,
+                                       bucket=width)
+      out = sampling.sample(model, jnp.asarray(tokens), jnp.asarray(mask),
+                            rng=sub if g == 0 else jax.random.fold_in(sub, g),
+                            cfg=self._scfg, pad_id=self._tok.pad_id, mesh=self._mesh,
+                            prefill_chunk=self._prefill_chunk,
+                            share_prefix=self._share_prefix)
+      parts.append((out, slots))
+    return parts, len(prompts)
 
   def _live(self, prompts: list[list[int]]) -> list[int]:
     """The rows worth sampling: not the rollout's dummies of finished or idle slots."""
@@ -125,20 +132,37 @@ class SamplerPolicy:
     Width: the longest prompt rounded up to a power of two, at most the prompt budget, so
     short prompts do not pay for the whole budget. The rollout counts padding with these."""
     n, live = len(prompts), max(len(self._live(prompts)), 1)
-    data = 1 if self._mesh is None else self._mesh.shape["data"]
-    rows = next(r for r in (-(-n // d // data) * data for d in (4, 2, 1)) if r >= live)
+    rows = next(r for r in (-(-n // d // self._data) * self._data for d in (4, 2, 1))
+                if r >= live)
     return rows, sampling.bucket_length(max(map(len, prompts)), self._bucket)
+
+  @property
+  def _data(self) -> int:
+    return 1 if self._mesh is None else self._mesh.shape["data"]
+
+  def sampler_groups(self, prompts: list[list[int]]) -> list[tuple[list[int], int, int]]:
+    """The batches the sampler runs for `prompts`: (the slots each samples, its rows, its
+    prompt width), by rollout.sampler_shapes: one batch of `sampler_shape`, or ("fit")
+    `fit_groups` of the live prompts (none when no prompt is live). The rollout counts
+    padding with these."""
+    live = self._live(prompts)
+    if self._shapes == "bucket":
+      return [(live, *self.sampler_shape(prompts))]
+    return [([live[j] for j in idx], rows, width) for idx, rows, width in fit_groups(
+        [len(prompts[i]) for i in live], self._bucket, self._scfg.max_new_tokens, self._data)]
 
   @staticmethod
   def collect(pending) -> tuple[list[list[int]], list[list[float]]]:
     """The answers of `dispatch`'s call, one per prompt it was given (empty for the rows it
     did not sample)."""
-    out, live, n = pending
-    ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
-                        np.asarray(out.lengths_B))
+    parts, n = pending
     got_ids, got_logps = [[] for _ in range(n)], [[] for _ in range(n)]
-    for row, i in enumerate(live):
-      got_ids[i], got_logps[i] = ids[row, :lens[row]].tolist(), logps[row, :lens[row]].tolist()
+    for out, slots in parts:
+      ids, logps, lens = (np.asarray(out.tokens_BxN), np.asarray(out.logprobs_BxN),
+                          np.asarray(out.lengths_B))
+      for row, i in enumerate(slots):
+        got_ids[i] = ids[row, :lens[row]].tolist()
+        got_logps[i] = logps[row, :lens[row]].tolist()
     return got_ids, got_logps
 
   # The key as JSON (the checkpoint's meta) and back.
@@ -147,3 +171,55 @@ class SamplerPolicy:
 
   def set_key_state(self, data: list[int]) -> None:
     self.key = jax.random.wrap_key_data(np.asarray(data, np.uint32))
+
+
+# A decode step reads every weight whatever its rows: on a CPU a batch of fewer rows than
+# this costs about as much per step as one of this many (`fit_groups`' cost model; with
+# SmolLM2-135M on 2 cores a decode step of 16 rows took as long as a prefill of about 75
+# prompt tokens).
+DECODE_ROWS_FREE = 64
+# fit_groups splits a call only where that saves at least this share of its work (each
+# new batch shape compiles once).
+SPLIT_MIN_GAIN = 1 / 8
+
+
+def fit_groups(lengths: list[int], budget: int, new_tokens: int, multiple: int = 1,
+               max_groups: int = 3) -> list[tuple[list[int], int, int]]:
+  """Prompts of these lengths in up to `max_groups` batches: (their indices, rows, width).
+
+  The prompts are sorted by length and cut into runs; a run's rows are its count and its
+  width its longest prompt, each rounded up to one of 8 evenly spaced sizes per doubling
+  (data.round_up_count: at most 1/8 padding; rows then to a multiple of `multiple`, the
+  width at most `budget`). The cut minimises the estimated work, rows x width of prefill
+  plus new_tokens decode steps of max(rows, DECODE_ROWS_FREE) rows each, and a call is
+  split only where that saves SPLIT_MIN_GAIN of one batch's work."""
+  if not lengths:
+    return []
+  order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+
+  def shape(i, j):  # the sorted run [i, j)
+    rows = -(-data_lib.round_up_count(j - i) // multiple) * multiple
+    return rows, min(max(data_lib.round_up_count(lengths[order[j - 1]]), 1), budget)
+
+  def cost(i, j):
+    rows, width = shape(i, j)
+    return rows * width + new_tokens * max(rows, DECODE_ROWS_FREE)
+
+  n = len(order)
+  # best[k][j]: the least work of the first j prompts in k runs, and where the last begins.
+  best = [{0: (0.0, 0)}] + [{} for _ in range(max_groups)]
+  for k in range(1, max_groups + 1):
+    for j in range(1, n + 1):
+      options = [(best[k - 1][i][0] + cost(i, j), i) for i in range(j) if i in best[k - 1]]
+      if options:
+        best[k][j] = min(options)
+  one = best[1][n][0]
+  k = min((k for k in range(1, max_groups + 1) if n in best[k]),
+          key=lambda k: (best[k][n][0] if k == 1 or best[k][n][0] <= (1 - SPLIT_MIN_GAIN) * one
+                         else float("inf"), k))
+  cuts, j = [], n
+  for kk in range(k, 0, -1):
+    i = best[kk][j][1]
+    cuts.append((i, j))
+    j = i
+  return [([order[x] for x in range(i, j)], *shape(i, j)) for i, j in reversed(cuts)]
