@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     return import_gguf(*args.import_gguf)
   # Imports after argument parsing so --help is instant.
   import experiments
-  from csa_jax.config import ConfigError, apply_overrides, validate
+  from csa_jax.config import ConfigError, apply_overrides, cache_dir, validate
 
   if args.list is not None:
     from experiments import catalog
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
 
   from csa_jax.distributed import mesh as mesh_lib
   mesh_lib.maybe_initialize_distributed()
-  mesh_lib.enable_compilation_cache()
+  mesh_lib.enable_compilation_cache(cache_dir("xla"))
   try:
     mesh_lib.make_mesh(cfg.mesh)
   except ValueError as e:

@@ -71,7 +71,7 @@ import numpy as np
 
 import experiments
 from csa_jax import pretrained
-from csa_jax.config import apply_overrides, micro_batches, validate
+from csa_jax.config import apply_overrides, cache_dir, micro_batches, validate
 from csa_jax.distributed import mesh as mesh_lib
 from csa_jax.model.tokenizer import Tokenizer
 from csa_jax.rollout import prompts
@@ -521,7 +521,7 @@ def main(argv=None) -> None:
                   help="compile everything afresh (default: launch.py's persistent cache)")
   args = ap.parse_args(argv)
   if not args.no_compilation_cache:
-    print(f"persistent compilation cache: {mesh_lib.enable_compilation_cache()}")
+    print(f"persistent compilation cache: {mesh_lib.enable_compilation_cache(cache_dir('xla'))}")
   part = {"sampler": sampler_part, "update": update_part, "iteration": iteration_part}
   print(part[args.part](args), flush=True)
 

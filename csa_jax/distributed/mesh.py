@@ -142,13 +142,12 @@ _MULTIHOST_ENV = ("JAX_COORDINATOR_ADDRESS", "TPU_WORKER_HOSTNAMES",
                   "TPU_PROCESS_ADDRESSES", "MEGASCALE_COORDINATOR_ADDRESS")
 
 
-def enable_compilation_cache() -> str:
-  """Turns on JAX's persistent compilation cache in $CSA_JAX_CACHE/xla (unless
-  JAX_COMPILATION_CACHE_DIR names another folder), so a run compiles each program once per
+def enable_compilation_cache(default_dir: str) -> str:
+  """Turns on JAX's persistent compilation cache in `default_dir` (the callers pass
+  $CSA_JAX_CACHE/xla; JAX_COMPILATION_CACHE_DIR names another folder), so a run compiles each program once per
   machine: a real model's sampler and update take minutes to compile on a CPU, and a
   resumed run or the next run of a study reuses them. Returns the folder."""
-  from csa_jax.config import cache_dir  # pylint: disable=import-outside-toplevel
-  path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or cache_dir("xla")
+  path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or default_dir
   jax.config.update("jax_compilation_cache_dir", path)
   return path
 
