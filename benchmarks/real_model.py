@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import statistics
 import tempfile
 import time
 
@@ -70,6 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import experiments
+from benchmarks.timing import median_seconds
 from csa_jax import pretrained
 from csa_jax.config import apply_overrides, cache_dir, micro_batches, validate
 from csa_jax.distributed import mesh as mesh_lib
@@ -106,19 +106,8 @@ def matmul_flops_per_s(n: int = 2048, reps: int = 5) -> float:
   a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
   b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32)
   dot = jax.jit(jnp.dot)
-  t = _median(lambda: dot(a, b).block_until_ready(), reps, warmup=1)
+  t = median_seconds(lambda: dot(a, b).block_until_ready(), reps, warmup=1)
   return 2.0 * n ** 3 / t
-
-
-def _median(fn, reps: int, warmup: int = 0) -> float:
-  for _ in range(warmup):
-    fn()
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
 
 
 def demo_steps(cfg, tok, n: int, demos: int) -> list[tuple[list[int], list[int]]]:
@@ -214,7 +203,7 @@ def sampler_part(args) -> str:
   t0 = time.perf_counter()
   ours()
   first_s = time.perf_counter() - t0
-  ours_s = _median(ours, args.reps)
+  ours_s = median_seconds(ours, args.reps)
 
   ref = torch_model(cfg.model_path)
   p = max(map(len, prompt_ids))
@@ -235,7 +224,7 @@ def sampler_part(args) -> str:
     ref.generate(ids[:2], attention_mask=mask[:2], do_sample=False, max_new_tokens=2,
                  eos_token_id=tok.eos_id, pad_token_id=tok.pad_id, top_p=None, top_k=None,
                  temperature=None)
-  hf_s = _median(theirs, args.reps)
+  hf_s = median_seconds(theirs, args.reps)
 
   ours_ids = out["ours"][0]
   hf_ids = []
@@ -314,7 +303,7 @@ def our_update(cfg, rows, reps):
     holder["state"], mets = step(holder["state"], on_device, ref)
     jax.block_until_ready(mets)
 
-  return _median(one, reps), first_loss, first_s, (real, slots, batch["inputs"].shape)
+  return median_seconds(one, reps), first_loss, first_s, (real, slots, batch["inputs"].shape)
 
 
 def torch_update(cfg, rows, tok_pad: int, reps):
@@ -407,7 +396,7 @@ def torch_update(cfg, rows, tok_pad: int, reps):
 
   model.train()
   first_loss = one()
-  return _median(one, reps), first_loss
+  return median_seconds(one, reps), first_loss
 
 
 def update_part(args) -> str:
