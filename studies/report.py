@@ -20,12 +20,17 @@ and every comparison is made within a group and a seed. Writes
   the parameter space; an empty cell is a value that does not exist (a delta of the SFT
   row, an interval from one seed, a per-task comparison without episode files);
 - `reports/NAME/per_run.csv`: each run's final success with a 95% Wilson interval over its
-  episodes;
+  episodes, and the code commit it ran (config.json `provenance`) with its tree's state;
 - `learning_curves.png`, `training_curves.png`, `final_success.png` (one row of panels per
   horizon) and, where runs have a horizon, `delta_vs_grpo_by_horizon.png`;
 - `reports/NAME.md`: the reproduce commands (`reports/NAME/commands.txt`), the run
-  inventory and budget, the table, the plots and the verdict (`reports/NAME/notes.md`),
-  both copied verbatim.
+  inventory and budget (with the code commits and any run from an unclean tree), the
+  table, the plots, the registered tests and the learning curves' summaries where the
+  study registers tests, and the verdict (`reports/NAME/notes.md`), the commands and the
+  notes copied verbatim;
+- `reports/NAME/confirm.md`, where the study registers tests (`reports/NAME/tests.json`):
+  `studies.confirm`'s page (Holm-corrected registered families, the sample-efficiency
+  summaries with seed-level intervals, every run's commit).
 
 Runs without episode files (older studies) fall back to the rates in metrics.jsonl and
 have no per-task comparison. Nothing in the output depends on the time or machine, so
@@ -47,11 +52,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from studies import confirm
 from studies.plots import HORIZON_PLOT, PLOTS, figure_names, write_plots
 from studies.runs import (EPISODES_FILE, PROMPTED, REFERENCES, SFT, GroupKey, Pairs, Run,
                           config_value, csv_cell, final_outcomes, group_label, group_runs,
                           lead_methods, load_runs, order_methods, pair_outcomes, per_run_row,
-                          run_scalars, start_outcomes, table_order, task_paired)
+                          run_commit, run_scalars, start_outcomes, table_order, task_paired)
 from studies.stats import DIFF, RATE, finite_mean, mean_ci, paired_deltas
 
 
@@ -79,6 +85,7 @@ PER_RUN_COLUMNS = (
     "run", "family", "horizon", "method", "seed", "source",
     "sampled_episodes", "sampled_success", "sampled_wilson_low", "sampled_wilson_high",
     "greedy_episodes", "greedy_success", "greedy_wilson_low", "greedy_wilson_high",
+    "commit", "tree",
 )
 
 
@@ -292,9 +299,56 @@ def inventory(runs: list[Run], unfinished: list[str]) -> str:
             f"- held-out evaluation: {_distinct(rl, 'eval.num_episodes')} episodes per policy"]
   if any(config_value(r.config, "rl_env_steps") for r in rl):
     lines.append(f"- RL environment-step budget (rl_env_steps): {_distinct(rl, 'rl_env_steps')}")
+  if any(config_value(r.config, "eval.every") for r in rl):
+    lines.append(f"- held-out evaluations during RL: every {_distinct(rl, 'eval.every')} "
+                 f"iterations, {_distinct(rl, 'eval.every_episodes')} episodes each; the most "
+                 f"iterations between two evaluations of a run: {max(map(eval_gap, rl))}")
   episodes = sum(r.episodes is not None for r in runs)
-  lines.append(f"- per-episode outcomes ({EPISODES_FILE}): {episodes} of {len(runs)} runs")
+  lines += [f"- per-episode outcomes ({EPISODES_FILE}): {episodes} of {len(runs)} runs",
+            code_line(runs)]
   return "\n".join(lines)
+
+
+def eval_gap(run: Run) -> int:
+  """The most RL iterations between two held-out evaluations of a run, its start (step 0)
+  and its last step counted as evaluations."""
+  steps = sorted({0, max(run.steps, default=0)} | {
+      s for s, m in run.steps.items() if any(k.endswith("/success") and k.startswith("eval")
+                                             for k in m)})
+  return max((b - a for a, b in zip(steps, steps[1:])), default=0)
+
+
+LISTED_COMMITS = 4  # more distinct commits than this are counted, not listed
+
+
+def _runs(n: int) -> str:
+  return f"{n} run" + ("" if n == 1 else "s")
+
+
+def code_line(runs: list[Run]) -> str:
+  """The code commits the runs name (config.json `provenance`) and the runs whose tree had
+  uncommitted changes to tracked files when they started, by family and method."""
+  commits: dict[str, int] = {}
+  for r in runs:
+    c = run_commit(r)[0]
+    commits[c] = commits.get(c, 0) + 1
+  missing = commits.pop("", 0)
+  if len(commits) <= LISTED_COMMITS:
+    named = [", ".join(f"`{c}` ({_runs(n)})" for c, n in
+                       sorted(commits.items(), key=lambda kv: (-kv[1], kv[0])))]
+  else:
+    named = [f"{len(commits)} commits over {_runs(sum(commits.values()))}"]
+  named += [f"not recorded by {_runs(missing)} (written before runs recorded it)"] if missing else []
+  unclean: dict[str, list[int]] = {}
+  for r in runs:
+    if run_commit(r)[1] == "UNCLEAN":
+      unclean.setdefault(f"{r.family}/{r.method}" if r.family else r.method, []).append(r.seed)
+  flag = ("**from an unclean tree: " + "; ".join(
+      f"{k} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, sorted(v)))}"
+      for k, v in unclean.items()) +
+          f" ({_runs(sum(map(len, unclean.values())))})**") if unclean else \
+      "no run from an unclean tree"
+  return f"- code commit (each run's in `per_run.csv`): {'; '.join(n for n in named if n)}; {flag}"
 
 
 def _read_optional(path: str) -> str | None:
@@ -316,7 +370,9 @@ RESULTS_TEXT = (
     ("per task", "Per task: the same held-out tasks with the same sampler keys, from "
      "the runs' per-episode outcomes; per task the success difference averaged over the "
      "seeds, its mean over tasks with a 95% t-interval over tasks, the exact two-sided sign "
-     "test's p over the (seed, task) pairs that differ, and their count (won:lost)."),
+     "test's p over the (seed, task) pairs that differ, and their count (won:lost). "
+     "Secondary: they count (seed, task) pairs as independent, so they ignore the "
+     "variation between training runs; the intervals over seeds are the headline."),
     ("", "Credit Spearman: rank correlation of the step advantages with the oracle step "
      "labels, averaged over a run's iterations."),
     ("decisive AUC", "Decisive AUC (`csa_jax.credit.decisive_auc`): per iteration the AUC "
@@ -337,17 +393,27 @@ PROMPTED_TEXT = ("Prompted: the pretrained model with no training (`launch.py --
                  "the same seed.")
 
 
-def results_text(shown: list[str], rows: list[dict[str, Any]]) -> str:
+def multiplicity_text(name: str, registered: bool) -> str:
+  where = (f"the study's registered families (`{name}/tests.json`, committed before its "
+           "runs) are Holm-corrected under \"Registered tests\"" if registered else
+           f"this study registered none (no `{name}/tests.json`)")
+  return ("Every interval and test in this table is per comparison, uncorrected for their "
+          f"number: exploratory, except confirmatory tests registered before the runs; {where}.")
+
+
+def results_text(shown: list[str], rows: list[dict[str, Any]], name: str,
+                 registered: bool) -> str:
   texts = [text for column, text in RESULTS_TEXT
            if any(column in header for header in shown)]  # "" is in every header
   return " ".join(texts + ([PROMPTED_TEXT] if any(r["method"] == PROMPTED for r in rows)
-                           else []))
+                           else []) + [multiplicity_text(name, registered)])
 
 
 def markdown(name: str, study_dir: str, runs: list[Run], unfinished: list[str],
              rows: list[dict[str, Any]], plots: Sequence[str] = PLOTS) -> str:
   commands = _read_optional(os.path.join(study_dir, "commands.txt"))
   notes = _read_optional(os.path.join(study_dir, "notes.md"))
+  tests = confirm.read_tests(study_dir)
   captions = {"learning_curves.png": "held-out success vs env interactions",
               "training_curves.png": "training-rollout success vs env interactions",
               "final_success.png": "final success change from SFT",
@@ -363,14 +429,23 @@ def markdown(name: str, study_dir: str, runs: list[Run], unfinished: list[str],
       "## Runs",
       inventory(runs, unfinished),
       "## Results",
-      results_text(shown_columns(rows), rows) + f" Also in `{name}/summary.csv`; each run's final "
+      results_text(shown_columns(rows), rows, name, tests is not None) + f" Also in `{name}/summary.csv`; each run's final "
       f"success with its 95% Wilson interval over episodes in `{name}/per_run.csv`.",
       markdown_table(rows),
       *[f"![{captions[os.path.basename(p)]}]({name}/{os.path.basename(p)})" for p in plots],
+      *([] if tests is None else registered_section(name, runs, tests)),
       "## Verdict and notes",
       notes.rstrip() if notes is not None else f"No notes yet (`{name}/notes.md` is absent).",
   ]
   return "\n\n".join(parts) + "\n"
+
+
+def registered_section(name: str, runs: list[Run], tests: dict[str, Any]) -> list[str]:
+  """The registered tests and the sample-efficiency summaries (`studies.confirm`)."""
+  return ["## Registered tests and sample efficiency",
+          f"From `{name}/tests.json` (registered before the runs) and the runs, as "
+          f"`{name}/{confirm.CONFIRM_FILE}` also has them with every run's code commit.",
+          "\n".join(confirm.summary_lines(runs, tests)).rstrip()]
 
 
 # ----------------------------------------------------------------------------- main
@@ -399,16 +474,21 @@ def load_study(reports_dir: str, name: str) -> Study:
 
 
 def text_files(study: Study) -> dict[str, str]:
-  """The report's text files by path: summary.csv, per_run.csv and the page, built in
+  """The report's text files by path: summary.csv, per_run.csv, the page and, where the
+  study registers tests, confirm.md, built in
   memory (nothing drawn, nothing written), so that a test can hold a committed page
   against what its inputs give today."""
   d = study.study_dir
   per_run = [per_run_row(r) for r in table_order(study.runs)]
   page = markdown(study.name, d, study.runs, study.unfinished, study.rows,
                   figure_names(study.rows))
-  return {os.path.join(d, "summary.csv"): csv_text(study.rows),
-          os.path.join(d, "per_run.csv"): csv_text(per_run, PER_RUN_COLUMNS),
-          os.path.join(study.reports_dir, f"{study.name}.md"): page}
+  out = {os.path.join(d, "summary.csv"): csv_text(study.rows),
+         os.path.join(d, "per_run.csv"): csv_text(per_run, PER_RUN_COLUMNS),
+         os.path.join(study.reports_dir, f"{study.name}.md"): page}
+  tests = confirm.read_tests(d)
+  if tests is not None:
+    out[os.path.join(d, confirm.CONFIRM_FILE)] = confirm.build(study.runs, tests)
+  return out
 
 
 def write_report(reports_dir: str, name: str) -> list[str]:
@@ -419,8 +499,7 @@ def write_report(reports_dir: str, name: str) -> list[str]:
   for path, text in texts.items():
     with open(path, "w", newline="") as f:
       f.write(text)
-  csv_path, per_run_path, md_path = texts
-  return [csv_path, per_run_path, *pngs, md_path]
+  return [*texts, *pngs]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

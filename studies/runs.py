@@ -358,8 +358,22 @@ def run_scalars(run: Run) -> dict[str, float]:
   }
 
 
+COMMIT_CHARS = 12  # of the code commit a run names
+
+
+def run_commit(run: Run) -> tuple[str, str]:
+  """(code commit, tree) of the run from its config.json `provenance`: the commit's first
+  `COMMIT_CHARS` hex digits ("" where not recorded) and "clean", "UNCLEAN" (uncommitted
+  changes when it started) or "unknown" (runs older than the record)."""
+  p = config_value(run.config, "provenance") or {}
+  dirty = p.get("git_dirty")
+  tree = "unknown" if dirty is None else ("UNCLEAN" if dirty else "clean")
+  return str(p.get("git_commit") or "")[:COMMIT_CHARS], tree
+
+
 def per_run_row(run: Run) -> dict[str, Any]:
-  """A line of per_run.csv: the run's final rates with 95% Wilson intervals."""
+  """A line of per_run.csv: the run's final rates with 95% Wilson intervals and its code
+  commit."""
   row: dict[str, Any] = {"run": run.label, "family": run.family, "horizon": run.horizon,
                          "method": run.method, "seed": run.seed}
   sources = set()
@@ -370,6 +384,7 @@ def per_run_row(run: Run) -> dict[str, Any]:
             f"{col}_wilson_high": hi}
     sources.add(source)
   row["source"] = "+".join(sorted(sources))
+  row["commit"], row["tree"] = run_commit(run)
   return row
 
 

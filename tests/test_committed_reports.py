@@ -1,6 +1,7 @@
 """Every committed study page is what its generator writes from the committed inputs today.
 
-A page copies its study's `notes.md` and `commands.txt` and summarises `runs/`; editing an
+A page copies its study's `notes.md` and `commands.txt` and summarises `runs/` (and, with
+registered tests, writes `confirm.md`); editing an
 input without regenerating leaves a page that says something its inputs no longer do. Each
 test here rebuilds a study's files from the working tree (on a clean clone: the committed
 files) and fails on any byte that differs (the invalid-step table: any cell, its numbers
@@ -41,11 +42,13 @@ REPORT_STUDIES = [n for n in STUDIES if _generated_by(n) == "studies.report"]
 
 
 def assert_same(path: str, new: bytes, command: str) -> None:
+  rel = os.path.relpath(path, ROOT)
+  if not os.path.exists(path):
+    pytest.fail(f"{rel} is absent: run `{command}` and commit what it writes")
   with open(path, "rb") as f:
     old = f.read()
   if old == new:
     return
-  rel = os.path.relpath(path, ROOT)
   try:
     diff = "\n".join(list(difflib.unified_diff(
         old.decode().splitlines(), new.decode().splitlines(), f"committed {rel}",
@@ -65,27 +68,18 @@ def test_every_study_has_a_regenerated_page():
         name == "invalid_credit" and os.path.exists(os.path.join(REPORTS, name,
                                                                  "invalid_steps.csv")))
     assert known, f"reports/{name}/runs/ has no page written by a known generator"
+    if os.path.exists(os.path.join(REPORTS, name, confirm.TESTS_FILE)):
+      assert name in REPORT_STUDIES, f"reports/{name} registers tests but has no page of " \
+          "studies.report (which writes confirm.md)"
 
 
 @pytest.mark.parametrize("name", REPORT_STUDIES)
 def test_page_and_tables_regenerate(name):
+  """The page, summary.csv, per_run.csv and, where the study registers tests (tests.json),
+  confirm.md."""
   study = report.load_study(REPORTS, name)
   for path, text in report.text_files(study).items():
     assert_same(path, text.encode(), f"python -m studies.report --name {name}")
-
-
-CONFIRM_STUDIES = [n for n in STUDIES if os.path.exists(os.path.join(REPORTS, n, "tests.json"))]
-
-
-@pytest.mark.parametrize("name", CONFIRM_STUDIES)
-def test_registered_tests_regenerate(name):
-  """A study with registered tests (tests.json) has its confirm.md, as studies.confirm
-  writes it from the committed runs."""
-  path = os.path.join(REPORTS, name, "confirm.md")
-  assert os.path.exists(path), f"reports/{name}/confirm.md is absent: run " \
-      f"`python -m studies.confirm --name {name}` and commit it"
-  assert_same(path, confirm.page(REPORTS, name).encode(),
-              f"python -m studies.confirm --name {name}")
 
 
 @pytest.mark.slow
