@@ -13,7 +13,9 @@ Where things go: each run's work directory (checkpoints, TensorBoard) is
 (`metrics.jsonl`, `config.json`, the per-episode outcomes `eval/episodes.jsonl`) and an
 empty `DONE` are copied to `reports/NAME/runs/RUN/`,
 which `python -m studies.report --name NAME` reads. With `--commit` each finished
-run's files are committed at once, so a session that ends mid-sweep loses nothing finished.
+run's files are committed at once, so a session that ends mid-sweep loses nothing finished,
+and `reports/NAME/commands.txt` before the first run, so that no run starts from a tree
+the sweep itself left unclean.
 
 Continuing: run the same command again. Finished runs (DONE in reports/) are skipped; a
 run killed midway resumes from its last checkpoint (`--resume`); an RL run whose SFT start
@@ -188,16 +190,16 @@ class Sweep:
       shutil.copy(os.path.join(src, f), os.path.join(dst, f))
     open(os.path.join(dst, "DONE"), "w").close()
     if self.args.commit:
-      subprocess.call(["git", "add", dst], cwd=ROOT)
-      subprocess.call(["git", "commit", "-q", "-m", f"sweep {self.args.name}: {run.name}",
-                       "--", dst], cwd=ROOT)
+      commit_paths([dst], f"sweep {self.args.name}: {run.name}")
 
   def run(self) -> int:
     todo = [r for r in self.runs if not self.done(r)]
     print(f"sweep {self.args.name}: {len(self.runs)} runs, {len(self.runs) - len(todo)} "
           f"already done, {len(todo)} to run with {self.args.jobs} jobs; logs in "
           f"{self.work_root}", flush=True)
-    self._write_commands()
+    commands = self._write_commands()
+    if self.args.commit:  # before any run starts, so that no run records an unclean tree
+      commit_paths([commands], f"sweep {self.args.name}: commands.txt")
     failed: set[str] = set()
     pending = list(todo)
     running = {}
@@ -250,9 +252,10 @@ class Sweep:
              if k in r]
     return " (held-out success: " + ", ".join(parts) + ")"
 
-  def _write_commands(self) -> None:
+  def _write_commands(self) -> str:
     """reports/NAME/commands.txt: every sweep command that added runs to the study (a
-    study can be filled by several, e.g. one arm per set of families), then the report's."""
+    study can be filled by several, e.g. one arm per set of families), then the report's;
+    returns its path."""
     path = os.path.join(self.args.reports_dir, self.args.name, "commands.txt")
     argv = shlex.join(["python", "-m", "studies.sweep"] + self.args.argv)
     old = open(path).read().splitlines() if os.path.exists(path) else []
@@ -263,6 +266,17 @@ class Sweep:
     with open(path, "w") as f:
       f.writelines(line + "\n" for line in sweeps)
       f.write(f"python -m studies.report --name {self.args.name}\n")
+    return path
+
+
+def commit_paths(paths: list[str], message: str, cwd: str = ROOT) -> None:
+  """Commits these paths' changes alone (nothing where they have none). A run records
+  whether the checkout had uncommitted changes to tracked files (config.json
+  `provenance.git_dirty`), and a report flags it, so the sweep's own writes (a run's
+  files, commands.txt) are committed as they are made."""
+  subprocess.call(["git", "add", "--", *paths], cwd=cwd)
+  if subprocess.call(["git", "diff", "--cached", "--quiet", "--", *paths], cwd=cwd) == 1:
+    subprocess.call(["git", "commit", "-q", "-m", message, "--", *paths], cwd=cwd)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -3,6 +3,7 @@ and a tiny real sweep end to end: runs, published result files, skip on re-run, 
 
 import csv
 import os
+import subprocess
 
 import pytest
 
@@ -121,3 +122,40 @@ def test_set_refuses_what_the_sweep_owns(owned, capsys):
   with pytest.raises(SystemExit):
     sweep.parse_args(["--family", "coin_doors", "--set", owned])
   assert "the sweep sets seed and sft.init_from itself" in capsys.readouterr().err
+
+
+def _git(cwd, *args):
+  return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True,
+                        check=True).stdout
+
+
+def test_commit_paths_commits_only_its_paths_and_only_changes(tmp_path):
+  _git(tmp_path, "init", "-q")
+  _git(tmp_path, "config", "user.email", "t@t")
+  _git(tmp_path, "config", "user.name", "t")
+  (tmp_path / "commands.txt").write_text("a\n")
+  (tmp_path / "other.txt").write_text("x\n")
+  sweep.commit_paths(["commands.txt"], "first", cwd=str(tmp_path))
+  assert _git(tmp_path, "log", "--format=%s").splitlines() == ["first"]
+  sweep.commit_paths(["commands.txt"], "unchanged", cwd=str(tmp_path))  # nothing to commit
+  (tmp_path / "commands.txt").write_text("a\nb\n")
+  sweep.commit_paths(["commands.txt"], "second", cwd=str(tmp_path))
+  assert _git(tmp_path, "log", "--format=%s").splitlines() == ["second", "first"]
+  assert _git(tmp_path, "status", "--porcelain", "--untracked-files=no") == ""
+  assert _git(tmp_path, "ls-files").split() == ["commands.txt"]  # other.txt left alone
+
+
+def test_commit_commits_commands_before_any_run(tmp_path, monkeypatch):
+  """A sweep that adds its line to a committed commands.txt would otherwise leave a tracked
+  file changed, and every run after it would record an unclean tree."""
+  committed = []
+  monkeypatch.setattr(sweep, "commit_paths", lambda paths, msg: committed.append((paths, msg)))
+  args = sweep.parse_args(["--family", "keydoor_h4", "--methods", "", "--seeds", "1",
+                           "--name", "st", "--runs-dir", str(tmp_path / "runs"),
+                           "--reports-dir", str(tmp_path / "reports"), "--commit"])
+  done = tmp_path / "reports" / "st" / "runs" / "sft_seed0"
+  done.mkdir(parents=True)
+  (done / "DONE").write_text("")  # the one planned run is finished: nothing runs
+  assert sweep.Sweep(args).run() == 0
+  assert committed == [([str(tmp_path / "reports" / "st" / "commands.txt")],
+                        "sweep st: commands.txt")]
