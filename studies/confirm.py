@@ -76,23 +76,27 @@ def holm(p: Sequence[float]) -> list[float]:
 # ----------------------------------------------------------------------------- per run
 
 
-def curve(run: Run, sft: Run | None, tasks: set | None = None) -> list[tuple[float, float]]:
-  """(interactions, held-out sampled success) at every evaluation, over `tasks` (default:
-  the tasks every evaluation of the run ran), the SFT start at 0 interactions."""
+def curve_by_step(run: Run, sft: Run | None) -> dict[int, tuple[float, float]]:
+  """Step -> (interactions, held-out sampled success) at every evaluation, over the tasks
+  every evaluation of the run ran, the SFT start at step 0 and 0 interactions (from the
+  run's episodes file, else its SFT run's); empty without episodes."""
   if run.episodes is None:
-    return []
+    return {}
   evals = {step: ep for (policy, step), ep in run.episodes.items() if policy == SAMPLED}
   if 0 not in evals and sft is not None and sft.episodes is not None:
     evals[0] = sft.episodes.get((SAMPLED, 0), {})
-  if tasks is None:
-    tasks = set.intersection(*(set(e) for e in evals.values())) if evals else set()
-  out = []
+  tasks = set.intersection(*(set(e) for e in evals.values())) if evals else set()
+  out = {}
   for step in sorted(evals):
     x = 0.0 if step == 0 else run.steps.get(step, {}).get("perf/env_steps_total", NAN)
-    got = [evals[step][k].success for k in tasks if k in evals[step]]
-    if len(got) == len(tasks) and tasks and np.isfinite(x):
-      out.append((float(x), float(np.mean(got))))
+    if tasks and np.isfinite(x):
+      out[step] = (float(x), float(np.mean([evals[step][k].success for k in tasks])))
   return out
+
+
+def curve(run: Run, sft: Run | None) -> list[tuple[float, float]]:
+  """`curve_by_step`'s points in order."""
+  return list(curve_by_step(run, sft).values())
 
 
 def curve_mean(points: list[tuple[float, float]]) -> float:

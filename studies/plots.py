@@ -15,6 +15,7 @@ import numpy as np
 
 from studies.runs import (REFERENCES, SAMPLED, SFT, Run, csv_cell, final_rate, group_label,
                           group_runs, order_methods)
+from studies.confirm import curve_by_step
 from studies.stats import NAN, RATE, band, paired_deltas, smooth
 
 PLOTS = ("learning_curves.png", "training_curves.png", "final_success.png")
@@ -31,13 +32,29 @@ def eval_points(run: Run, prefix: str = SAMPLED) -> dict[int, tuple[float, float
           if s > 0 and f"{prefix}/success" in m and "perf/env_steps_total" in m}
 
 
-def learning_curve(runs: list[Run], sft: dict[int, float], prefix: str = SAMPLED
+def varying_tasks(run: Run) -> bool:
+  """Whether the run's sampled evaluations ran different task sets (intermediate ones on
+  fewer tasks than the final one)."""
+  sets = {frozenset(ep) for (policy, _), ep in (run.episodes or {}).items() if policy == SAMPLED}
+  return len(sets) > 1
+
+
+def learning_curve(runs: list[Run], sft: dict[int, float], prefix: str = SAMPLED,
+                   sft_runs: dict[int, Run] | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """Held-out success per evaluation, aligned by iteration over the seeds (their env-step
-  counts differ a little), at the seeds' mean env-step count; the SFT start at x = 0."""
+  counts differ a little), at the seeds' mean env-step count; the SFT start at x = 0.
+  Where a run's sampled evaluations ran different tasks, its curve is over the tasks every
+  one of them ran (`confirm.curve_by_step`), so that its points differ by the policy alone."""
   runs = [r for r in runs if r.seed in sft]
   if not runs:
     return (np.zeros(0),) * 4
+  if prefix == SAMPLED and any(map(varying_tasks, runs)):
+    pts = [curve_by_step(r, (sft_runs or {}).get(r.seed)) for r in runs]
+    its = sorted(set.intersection(*(set(p) for p in pts)))
+    x_SxP = np.array([[p[i][0] for i in its] for p in pts])
+    y_SxP = np.array([[p[i][1] for i in its] for p in pts])
+    return (x_SxP.mean(0), *band(y_SxP, bounds=RATE))
   pts = [eval_points(r, prefix) for r in runs]
   its = sorted(set.intersection(*(set(p) for p in pts)))
   x_SxP = np.array([[0.0] + [p[i][0] for i in its] for p in pts])
@@ -235,7 +252,9 @@ def write_plots(runs: list[Run], rows: list[dict[str, Any]], out_dir: str) -> li
     methods = order_methods(set(by_method))
     sft = {r.seed: final_rate(r, SAMPLED)[0] for r in by_method.get(SFT, [])}
     label = group_label(key, keys)
-    curves.append(CurveRow(label, methods, {m: learning_curve(by_method[m], sft)
+    sft_runs = {r.seed: r for r in by_method.get(SFT, [])}
+    curves.append(CurveRow(label, methods, {m: learning_curve(by_method[m], sft,
+                                                              sft_runs=sft_runs)
                                             for m in methods}))
     training.append(CurveRow(label, methods, {m: training_curve(by_method[m])
                                               for m in methods}))

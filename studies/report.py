@@ -53,7 +53,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from studies import confirm
-from studies.plots import HORIZON_PLOT, PLOTS, figure_names, write_plots
+from studies.plots import HORIZON_PLOT, PLOTS, figure_names, varying_tasks, write_plots
 from studies.runs import (EPISODES_FILE, PROMPTED, REFERENCES, SFT, GroupKey, Pairs, Run,
                           config_value, csv_cell, final_outcomes, group_label, group_runs,
                           lead_methods, load_runs, order_methods, pair_outcomes, per_run_row,
@@ -300,9 +300,14 @@ def inventory(runs: list[Run], unfinished: list[str]) -> str:
   if any(config_value(r.config, "rl_env_steps") for r in rl):
     lines.append(f"- RL environment-step budget (rl_env_steps): {_distinct(rl, 'rl_env_steps')}")
   if any(config_value(r.config, "eval.every") for r in rl):
+    # eval.every_episodes unset or 0: every evaluation runs eval.num_episodes.
+    sizes = sorted({config_value(r.config, "eval.every_episodes")
+                    or config_value(r.config, "eval.num_episodes") for r in rl}, key=str)
     lines.append(f"- held-out evaluations during RL: every {_distinct(rl, 'eval.every')} "
-                 f"iterations, {_distinct(rl, 'eval.every_episodes')} episodes each; the most "
-                 f"iterations between two evaluations of a run: {max(map(eval_gap, rl))}")
+                 f"iterations, {' / '.join(map(str, sizes))} episodes each; the most "
+                 f"iterations between two evaluations of a run: {max(map(eval_gap, rl))}"
+                 + ("; the held-out curves are over the tasks every evaluation of a run ran"
+                    if any(map(varying_tasks, rl)) else ""))
   episodes = sum(r.episodes is not None for r in runs)
   lines += [f"- per-episode outcomes ({EPISODES_FILE}): {episodes} of {len(runs)} runs",
             code_line(runs)]

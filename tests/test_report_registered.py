@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from studies import confirm, report, runs
+from studies import confirm, plots, report, runs
 
 SEEDS = (0, 1, 2)
 ITERS, EVERY = 20, 8
@@ -116,7 +116,8 @@ def test_the_evaluation_schedule_is_on_the_page(study):
   reports, _, _ = study
   # Evaluations at 0, 8, 16 and 20: the longest stretch is 8 iterations.
   assert ("- held-out evaluations during RL: every 8 iterations, 8 episodes each; the most "
-          "iterations between two evaluations of a run: 8") in _page(reports)
+          "iterations between two evaluations of a run: 8; the held-out curves are over the tasks "
+          "every evaluation of a run ran") in _page(reports)
   run = runs.Run("x_seed0", "x", 0, {}, {0: {"eval/success": 0.1}, 3: {"eval/success": 0.2},
                                          5: {}, 10: {"eval_sampled/success": 0.3}, 12: {}})
   assert report.eval_gap(run) == 7
@@ -171,3 +172,16 @@ def test_per_task_tests_are_labelled_secondary(study):
   page = _page(study[0])
   assert "Secondary: they count (seed, task) pairs as independent" in page
   assert "| vs SFT per task |" in page
+
+
+def test_learning_curve_is_over_the_tasks_every_evaluation_ran(study):
+  reports, written, _ = study
+  loaded, _ = runs.load_runs(str(reports / "reg" / "runs"))
+  by = lambda m: [r for r in loaded if r.method == m]
+  sft = {r.seed: 0.0 for r in by("sft")}  # unused where the task sets vary
+  x, y, _, _ = plots.learning_curve(by("csa"), sft, sft_runs={r.seed: r for r in by("sft")})
+  steps = (0, 8, 16, 20)
+  want = np.mean([[np.mean([written[("csa", s)][("eval_sampled", t)][i] for i in range(N_EVERY)])
+                   for t in steps] for s in SEEDS], axis=0)
+  np.testing.assert_allclose(x, np.array(steps, np.float64) * STEPS_PER_ITER)
+  np.testing.assert_allclose(y, want)
