@@ -332,28 +332,33 @@ def _runs(n: int) -> str:
 
 def code_line(runs: list[Run]) -> str:
   """The code commits the runs name (config.json `provenance`) and the runs whose tree had
-  uncommitted changes to tracked files when they started, by family and method."""
+  uncommitted changes to tracked files when they started."""
   commits: dict[str, int] = {}
   for r in runs:
-    c = run_commit(r)[0]
-    commits[c] = commits.get(c, 0) + 1
+    commits[run_commit(r)[0]] = commits.get(run_commit(r)[0], 0) + 1
   missing = commits.pop("", 0)
-  if len(commits) <= LISTED_COMMITS:
-    named = [", ".join(f"`{c}` ({_runs(n)})" for c, n in
-                       sorted(commits.items(), key=lambda kv: (-kv[1], kv[0])))]
-  else:
-    named = [f"{len(commits)} commits over {_runs(sum(commits.values()))}"]
-  named += [f"not recorded by {_runs(missing)} (written before runs recorded it)"] if missing else []
-  unclean: dict[str, list[int]] = {}
+  parts = []
+  if 0 < len(commits) <= LISTED_COMMITS:
+    parts.append(", ".join(f"`{c}` ({_runs(n)})" for c, n in
+                           sorted(commits.items(), key=lambda kv: (-kv[1], kv[0]))))
+  elif commits:
+    parts.append(f"{len(commits)} commits over {_runs(sum(commits.values()))}")
+  if missing:
+    parts.append(f"not recorded by {_runs(missing)} (written before runs recorded it)")
+  return "- code commit (each run's in `per_run.csv`): " + "; ".join(parts + [unclean_text(runs)])
+
+
+def unclean_text(runs: list[Run]) -> str:
+  """The runs from an unclean tree by family and method, in bold; or that there are none."""
+  seeds: dict[str, list[int]] = {}
   for r in runs:
     if run_commit(r)[1] == "UNCLEAN":
-      unclean.setdefault(f"{r.family}/{r.method}" if r.family else r.method, []).append(r.seed)
-  flag = ("**from an unclean tree: " + "; ".join(
-      f"{k} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, sorted(v)))}"
-      for k, v in unclean.items()) +
-          f" ({_runs(sum(map(len, unclean.values())))})**") if unclean else \
-      "no run from an unclean tree"
-  return f"- code commit (each run's in `per_run.csv`): {'; '.join(n for n in named if n)}; {flag}"
+      seeds.setdefault(f"{r.family}/{r.method}" if r.family else r.method, []).append(r.seed)
+  if not seeds:
+    return "no run from an unclean tree"
+  named = "; ".join(f"{k} seed{'s' * (len(v) > 1)} {', '.join(map(str, sorted(v)))}"
+                    for k, v in seeds.items())
+  return f"**from an unclean tree: {named} ({_runs(sum(map(len, seeds.values())))})**"
 
 
 def _read_optional(path: str) -> str | None:
