@@ -439,8 +439,9 @@ def markdown(name: str, study_dir: str, runs: list[Run], unfinished: list[str],
       "## Runs",
       inventory(runs, unfinished),
       "## Results",
-      results_text(shown_columns(rows), rows, name, tests is not None) + f" Also in `{name}/summary.csv`; each run's final "
-      f"success with its 95% Wilson interval over episodes in `{name}/per_run.csv`.",
+      results_text(shown_columns(rows), rows, name, tests is not None)
+      + f" Also in `{name}/summary.csv`; each run's final success with its 95% Wilson "
+      f"interval over episodes in `{name}/per_run.csv`.",
       markdown_table(rows),
       *[f"![{captions[os.path.basename(p)]}]({name}/{os.path.basename(p)})" for p in plots],
       *([] if tests is None else registered_section(name, runs, tests)),
