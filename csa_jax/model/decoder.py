@@ -33,7 +33,7 @@ made from the same seed hold the same numbers (layer i of the stack is layer i).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import flax.struct
 import jax
@@ -58,6 +58,32 @@ class KVCache:
   scanned layers one stacked array [L, B, K, S, Dh] each."""
   k: tuple[jax.Array, ...] | jax.Array
   v: tuple[jax.Array, ...] | jax.Array
+
+
+class LayerKV(NamedTuple):
+  """One layer's view of a KV cache: its own arrays [B, K, S, Dh] (layer None), or the
+  stacked [L, B, K, S, Dh] with this layer's index. A scanned layer then writes only its
+  new slots into the stack (a slice taken out and written back whole would move the
+  layer's entire cache at every decode step)."""
+  k: jax.Array
+  v: jax.Array
+  layer: jax.Array | None = None
+
+  def write(self, k_BxKxTxDh: jax.Array, v_BxKxTxDh: jax.Array, index) -> "LayerKV":
+    """Writes T new slots at index .. index + T - 1."""
+    start = (0, 0, index, 0)
+    k_new, v_new = k_BxKxTxDh.astype(self.k.dtype), v_BxKxTxDh.astype(self.v.dtype)
+    if self.layer is not None:
+      start, k_new, v_new = (self.layer,) + start, k_new[None], v_new[None]
+    return self._replace(k=jax.lax.dynamic_update_slice(self.k, k_new, start),
+                         v=jax.lax.dynamic_update_slice(self.v, v_new, start))
+
+  def read(self) -> tuple[jax.Array, jax.Array]:
+    """This layer's (k, v) caches [B, K, S, Dh]."""
+    if self.layer is None:
+      return self.k, self.v
+    return (jax.lax.dynamic_index_in_dim(self.k, self.layer, keepdims=False),
+            jax.lax.dynamic_index_in_dim(self.v, self.layer, keepdims=False))
 
 
 def cache_batch_axis(cfg: ModelConfig) -> int:
@@ -203,20 +229,17 @@ class Attention(nnx.Module):
   def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv=None, cache_index=None):
     """mask_BxTxS: True where query t may attend key s.
 
-    Without a cache the keys are this call's tokens [B, S, K, Dh] (S == T). With kv=(k, v)
-    caches [B, K, S, Dh] this call's keys/values are written at slots
-    cache_index .. cache_index+T-1 first; the updated (k, v) is returned.
+    Without a cache the keys are this call's tokens [B, S, K, Dh] (S == T). With kv (a
+    `LayerKV`) this call's keys/values are written at slots cache_index .. cache_index+T-1
+    first and attention reads the layer's cache [B, K, S, Dh]; the updated view is returned.
     """
     q = apply_rope(self.q_proj(x_BxTxD), cos, sin)
     k = apply_rope(self.k_proj(x_BxTxD), cos, sin)
     v = self.v_proj(x_BxTxD)
     keys = "bskd"  # the layout of k and v below
     if kv is not None:
-      k_cache, v_cache = kv
-      start = (0, 0, cache_index, 0)
-      k = jax.lax.dynamic_update_slice(k_cache, k.swapaxes(1, 2).astype(k_cache.dtype), start)
-      v = jax.lax.dynamic_update_slice(v_cache, v.swapaxes(1, 2).astype(v_cache.dtype), start)
-      kv, keys = (k, v), "bksd"
+      kv = kv.write(k.swapaxes(1, 2), v.swapaxes(1, 2), cache_index)
+      (k, v), keys = kv.read(), "bksd"
     b, t = q.shape[:2]
     q = q.reshape(b, t, self.num_kv_heads, self.num_groups, q.shape[-1])
     if t == 1 and kv is not None:
@@ -429,11 +452,11 @@ class Decoder(nnx.Module):
     run = _run_layer_remat if self.cfg.remat and cache is None else _run_layer
     new_k, new_v = [], []
     for i, layer in enumerate(self.layers):
-      kv = None if cache is None else (cache.k[i], cache.v[i])
+      kv = None if cache is None else LayerKV(cache.k[i], cache.v[i])
       x, kv = run(layer, x, cos, sin, mask, kv, cache_index)
       if kv is not None:
-        new_k.append(kv[0])
-        new_v.append(kv[1])
+        new_k.append(kv.k)
+        new_v.append(kv.v)
     x = self.norm(x)
     new_cache = None if cache is None else KVCache(k=tuple(new_k),
                                                    v=tuple(new_v))
@@ -449,16 +472,14 @@ class Decoder(nnx.Module):
       x, _ = jax.lax.scan(_scan_remat(body) if self.cfg.remat else body, x, state)
       return x, None
 
-    # The stacked cache rides in the carry and each layer writes its own slice in
-    # place (dynamic_update_index); as a scanned output it would be a fresh copy.
+    # The stacked cache rides in the carry and each layer writes its new slots into it in
+    # place (LayerKV); as a scanned output it would be a fresh copy.
     def cached_body(carry, xs):
       x, k_all, v_all = carry
       layer_state, i = xs
-      kv = (jax.lax.dynamic_index_in_dim(k_all, i, keepdims=False),
-            jax.lax.dynamic_index_in_dim(v_all, i, keepdims=False))
-      x, (k, v) = nnx.merge(graphdef, layer_state)(x, cos, sin, mask, kv, cache_index)
-      return (x, jax.lax.dynamic_update_index_in_dim(k_all, k, i, 0),
-              jax.lax.dynamic_update_index_in_dim(v_all, v, i, 0)), None
+      x, kv = nnx.merge(graphdef, layer_state)(x, cos, sin, mask, LayerKV(k_all, v_all, i),
+                                               cache_index)
+      return (x, kv.k, kv.v), None
 
     (x, k_all, v_all), _ = jax.lax.scan(
         cached_body, (x, cache.k, cache.v), (state, jnp.arange(self.cfg.num_layers)))
