@@ -186,7 +186,7 @@ def update_flops(c, rows, kl_reference: bool) -> float:
 
 def sampler_part(args) -> str:
   import torch  # pylint: disable=import-outside-toplevel
-  kd, alf = load(KEYDOOR), load(ALFWORLD)
+  kd, alf = load(KEYDOOR, args.set), load(ALFWORLD, args.set)
   cfg = dataclasses.replace(alf, rollout=dataclasses.replace(
       alf.rollout, max_action_tokens=args.new, num_envs=2 * args.per_preset))
   mesh = mesh_lib.make_mesh(cfg.mesh)
@@ -401,7 +401,7 @@ def torch_update(cfg, rows, tok_pad: int, reps):
 
 def update_part(args) -> str:
   import torch  # pylint: disable=import-outside-toplevel
-  cfg = load(KEYDOOR)
+  cfg = load(KEYDOOR, args.set)
   if cfg.algo.dual_clip or cfg.algo.entropy_coef or cfg.algo.kl_kind != "k3":
     raise SystemExit("the torch reference implements the clipped loss without dual clip "
                      "or entropy bonus, with the k3 KL")
@@ -505,7 +505,7 @@ def main(argv=None) -> None:
                   help="iteration: RL iterations (the first compiles)")
   ap.add_argument("--workdir", default="", help="iteration: the run's directory")
   ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                  help="iteration: more overrides of the experiment")
+                  help="more overrides of the part's experiments (as launch.py's --set)")
   ap.add_argument("--no-compilation-cache", action="store_true",
                   help="compile everything afresh (default: launch.py's persistent cache)")
   args = ap.parse_args(argv)
