@@ -42,8 +42,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from csa_jax.distributed import mesh as mesh_lib
-from csa_jax.model.decoder import (CACHE_AXES, Decoder, cache_batch_axis, cache_shape,
-                                   cache_shardings, default_positions, token_logprobs)
+from csa_jax.model.decoder import Decoder, default_positions, token_logprobs
+from csa_jax.model.kv_cache import CACHE_AXES, cache_batch_axis, cache_shape, cache_shardings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,7 +47,7 @@ from csa_jax.distributed import mesh as mesh_lib
 from csa_jax.model import Decoder, ModelConfig
 from csa_jax.model import hf_config, lora
 from csa_jax.model import sampling
-from csa_jax.model.decoder import CACHE_AXES, cache_shape, cache_shardings
+from csa_jax.model.kv_cache import CACHE_AXES, cache_shape, cache_shardings
 from csa_jax.update import train_step as ts
 from csa_jax.update.data import BATCH_KEYS
 
