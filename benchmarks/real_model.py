@@ -2,6 +2,7 @@
 RL iteration, each beside its reference measured in the same run.
 
     python -m benchmarks.real_model --part sampler     # vs transformers' generate
+    python -m benchmarks.real_model --part decode      # our prefill and decode step apart
     python -m benchmarks.real_model --part update      # vs a transformers + peft LoRA step
     python -m benchmarks.real_model --part iteration   # an RL iteration of keydoor_h4_smollm2_csa
 
@@ -22,6 +23,11 @@ sampler: 32 chat prompts, the first 16 steps of the expert demonstrations of
   greedy tokens are compared position by position over the slots either side generated.
   Last line: `sampler ratio: R.RRx (ours N tok/s, transformers M tok/s), greedy tokens
   equal: E.E%`.
+
+decode: `sampling.sample` (the policy's jitted sampler, without SamplerPolicy's grouping) on
+  --rows random prompts of --width tokens, greedy, with 2 and with --new new tokens: the
+  first is the prefill (its GFLOP/s printed), the difference a decode step. Last line:
+  `decode step: N ms for R rows (W-token prompts)`.
 
 update: one RL minibatch of `keydoor_h4_smollm2_csa` (algo.minibatch_size rows in
   optim.micro_batch_size micro-batches, the preset's): the rows are the expert
@@ -67,12 +73,14 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 import experiments
 from benchmarks.timing import median_seconds
 from csa_jax import pretrained
 from csa_jax.config import apply_overrides, cache_dir, micro_batches, validate
 from csa_jax.distributed import mesh as mesh_lib
+from csa_jax.model import sampling
 from csa_jax.model.tokenizer import Tokenizer
 from csa_jax.rollout import prompts
 from csa_jax.rollout.policy import SamplerPolicy, build_policy, sampling_config
@@ -259,6 +267,41 @@ def sampler_part(args) -> str:
         f"{peak / 1e9:.1f} GFLOP/s")
   return (f"sampler ratio: {ours_tps / hf_tps:.2f}x (ours {ours_tps:.1f} tok/s, transformers "
           f"{hf_tps:.1f} tok/s), greedy tokens equal: {100 * agree:.1f}%")
+
+
+def decode_part(args) -> str:
+  """Prefill and decode apart: `sampling.sample` on --rows random prompts of --width tokens,
+  greedy, with 2 and with --new new tokens; the difference over the extra steps is a decode
+  step's time (no end token stops it early: the rows are random tokens, and the count of
+  generated tokens is checked)."""
+  cfg = load(ALFWORLD, args.set)
+  mesh = mesh_lib.make_mesh(cfg.mesh)
+  tok, _, graphdef, params = build_policy(cfg, mesh)
+  model = nnx.merge(graphdef, params)
+  ids = np.random.default_rng(0).integers(100, 40_000, (args.rows, args.width), np.int32)
+  mask = np.ones_like(ids)
+
+  def timed(n: int) -> tuple[float, int]:
+    scfg = sampling.SamplingConfig(max_new_tokens=n, greedy=True)
+    out = {}
+
+    def call():
+      out["o"] = sampling.sample(model, ids, mask, rng=jax.random.key(0), cfg=scfg,
+                                 pad_id=tok.pad_id)
+      out["o"].tokens_BxN.block_until_ready()
+
+    return median_seconds(call, args.reps, warmup=1), int(np.asarray(out["o"].lengths_B).min())
+
+  short_s, _ = timed(2)
+  long_s, fewest = timed(args.new)
+  step_ms = 1e3 * (long_s - short_s) / (args.new - 2)
+  c = cfg.model
+  prefill_flops = generate_flops(c, [args.width] * args.rows, [1] * args.rows)
+  print(f"decode: {args.rows} random prompts of {args.width} tokens, scan_layers="
+        f"{c.scan_layers}; {cores()} cores; the shortest answer {fewest} of {args.new} tokens")
+  print(f"  2 new tokens {short_s:.2f} s (the prefill: {prefill_flops / short_s / 1e9:.1f} "
+        f"GFLOP/s), {args.new} new tokens {long_s:.2f} s, median of {args.reps}")
+  return f"decode step: {step_ms:.1f} ms for {args.rows} rows ({args.width}-token prompts)"
 
 
 # ---------------------------------------------------------------------------------------
@@ -496,11 +539,14 @@ def iteration_part(args) -> str:
 
 def main(argv=None) -> None:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--part", choices=("sampler", "update", "iteration"), required=True)
+  ap.add_argument("--part", choices=("sampler", "decode", "update", "iteration"),
+                  required=True)
   ap.add_argument("--reps", type=int, default=3, help="timed calls after the warm-up")
   ap.add_argument("--per-preset", type=int, default=16,
                   help="sampler: prompts from each preset's demonstrations")
-  ap.add_argument("--new", type=int, default=16, help="sampler: max new tokens")
+  ap.add_argument("--new", type=int, default=16, help="sampler, decode: max new tokens")
+  ap.add_argument("--rows", type=int, default=16, help="decode: prompt rows")
+  ap.add_argument("--width", type=int, default=288, help="decode: prompt tokens a row")
   ap.add_argument("--iterations", type=int, default=3,
                   help="iteration: RL iterations (the first compiles)")
   ap.add_argument("--workdir", default="", help="iteration: the run's directory")
@@ -511,7 +557,8 @@ def main(argv=None) -> None:
   args = ap.parse_args(argv)
   if not args.no_compilation_cache:
     print(f"persistent compilation cache: {mesh_lib.enable_compilation_cache(cache_dir('xla'))}")
-  part = {"sampler": sampler_part, "update": update_part, "iteration": iteration_part}
+  part = {"sampler": sampler_part, "decode": decode_part, "update": update_part,
+          "iteration": iteration_part}
   print(part[args.part](args), flush=True)
 
 
