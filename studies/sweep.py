@@ -42,6 +42,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -269,14 +270,20 @@ class Sweep:
     return path
 
 
+# The jobs' threads commit one at a time: two runs ending together raced for git's index
+# lock, and the loser's files stayed uncommitted.
+_GIT_LOCK = threading.Lock()
+
+
 def commit_paths(paths: list[str], message: str, cwd: str = ROOT) -> None:
   """Commits these paths' changes alone (nothing where they have none). A run records
   whether the checkout had uncommitted changes to tracked files (config.json
   `provenance.git_dirty`), and a report flags it, so the sweep's own writes (a run's
   files, commands.txt) are committed as they are made."""
-  subprocess.call(["git", "add", "--", *paths], cwd=cwd)
-  if subprocess.call(["git", "diff", "--cached", "--quiet", "--", *paths], cwd=cwd) == 1:
-    subprocess.call(["git", "commit", "-q", "-m", message, "--", *paths], cwd=cwd)
+  with _GIT_LOCK:
+    subprocess.call(["git", "add", "--", *paths], cwd=cwd)
+    if subprocess.call(["git", "diff", "--cached", "--quiet", "--", *paths], cwd=cwd) == 1:
+      subprocess.call(["git", "commit", "-q", "-m", message, "--", *paths], cwd=cwd)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -145,6 +145,22 @@ def test_commit_paths_commits_only_its_paths_and_only_changes(tmp_path):
   assert _git(tmp_path, "ls-files").split() == ["commands.txt"]  # other.txt left alone
 
 
+def test_runs_ending_together_are_all_committed(tmp_path):
+  """The jobs' threads commit as their runs end; two at once raced for git's index lock."""
+  from concurrent.futures import ThreadPoolExecutor
+  _git(tmp_path, "init", "-q")
+  _git(tmp_path, "config", "user.email", "t@t")
+  _git(tmp_path, "config", "user.name", "t")
+  names = [f"run{i}" for i in range(8)]
+  for n in names:
+    (tmp_path / n).mkdir()
+    (tmp_path / n / "metrics.jsonl").write_text(n + "\n")
+  with ThreadPoolExecutor(8) as pool:
+    list(pool.map(lambda n: sweep.commit_paths([n], f"sweep: {n}", cwd=str(tmp_path)), names))
+  assert sorted(_git(tmp_path, "log", "--format=%s").splitlines()) == [f"sweep: {n}" for n in names]
+  assert _git(tmp_path, "status", "--porcelain") == ""
+
+
 def test_commit_commits_commands_before_any_run(tmp_path, monkeypatch):
   """A sweep that adds its line to a committed commands.txt would otherwise leave a tracked
   file changed, and every run after it would record an unclean tree."""
