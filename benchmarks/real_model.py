@@ -272,8 +272,8 @@ def sampler_part(args) -> str:
 def decode_part(args) -> str:
   """Prefill and decode apart: `sampling.sample` on --rows random prompts of --width tokens,
   greedy, with 2 and with --new new tokens; the difference over the extra steps is a decode
-  step's time (no end token stops it early: the rows are random tokens, and the count of
-  generated tokens is checked)."""
+  step's time (the loop ends early only once every row has stopped, which the longest
+  answer's length rules out)."""
   cfg = load(ALFWORLD, args.set)
   mesh = mesh_lib.make_mesh(cfg.mesh)
   tok, _, graphdef, params = build_policy(cfg, mesh)
@@ -290,17 +290,21 @@ def decode_part(args) -> str:
                                  pad_id=tok.pad_id)
       out["o"].tokens_BxN.block_until_ready()
 
-    return median_seconds(call, args.reps, warmup=1), int(np.asarray(out["o"].lengths_B).min())
+    return median_seconds(call, args.reps, warmup=1), int(np.asarray(out["o"].lengths_B).max())
 
   short_s, _ = timed(2)
-  long_s, fewest = timed(args.new)
+  long_s, longest = timed(args.new)
+  if longest < args.new:  # every row stopped: the loop ended before its last steps
+    raise SystemExit(f"decode: every row ended by {longest} of {args.new} tokens; the "
+                     f"difference is not {args.new - 2} decode steps")
   step_ms = 1e3 * (long_s - short_s) / (args.new - 2)
   c = cfg.model
   prefill_flops = generate_flops(c, [args.width] * args.rows, [1] * args.rows)
   print(f"decode: {args.rows} random prompts of {args.width} tokens, scan_layers="
-        f"{c.scan_layers}; {cores()} cores; the shortest answer {fewest} of {args.new} tokens")
-  print(f"  2 new tokens {short_s:.2f} s (the prefill: {prefill_flops / short_s / 1e9:.1f} "
-        f"GFLOP/s), {args.new} new tokens {long_s:.2f} s, median of {args.reps}")
+        f"{c.scan_layers}; {cores()} cores; the decode loop ran all {args.new} steps")
+  print(f"  2 new tokens {short_s:.2f} s (its prefill's FLOPs over it: "
+        f"{prefill_flops / short_s / 1e9:.1f} GFLOP/s), {args.new} new tokens {long_s:.2f} s, "
+        f"median of {args.reps}")
   return f"decode step: {step_ms:.1f} ms for {args.rows} rows ({args.width}-token prompts)"
 
 
