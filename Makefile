@@ -19,14 +19,19 @@ COMPILE_VENV := $(BIN)/python -m compileall -q -j 0 \
   "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
   >/dev/null || true
 
-$(VENV)/.req-stamp: requirements.txt requirements-nodeps.txt | $(BIN)/python
-	$(PIP_INSTALL) -r requirements.txt
+# The wheels benchmarks/gpu_check.py carries to the GPU image (benchmarks/gpu_wheels.txt) are
+# the versions this venv tests, so they pin the venv's transitive dependencies too: a new
+# release of one (wcwidth, under prompt-toolkit) would otherwise make the two differ.
+GPU_PINS := $(VENV)/gpu-wheel-pins.txt
+$(VENV)/.req-stamp: requirements.txt requirements-nodeps.txt benchmarks/gpu_wheels.txt | $(BIN)/python
+	sed -E 's/^(replace|build) //' benchmarks/gpu_wheels.txt > $(GPU_PINS)
+	$(PIP_INSTALL) -r requirements.txt -c $(GPU_PINS)
 	$(PIP_INSTALL) --no-deps -r requirements-nodeps.txt
 	$(COMPILE_VENV)
 	touch $@
 
 $(VENV)/.test-stamp: requirements-test.txt $(VENV)/.req-stamp
-	$(PIP_INSTALL) -r requirements-test.txt
+	$(PIP_INSTALL) -r requirements-test.txt -c $(GPU_PINS)
 	$(COMPILE_VENV)
 	touch $@
 
