@@ -104,8 +104,7 @@ class Sweep:
     os.makedirs(self.work_root, exist_ok=True)
     os.makedirs(self.report_root, exist_ok=True)
     methods = [m for m in args.methods.split(",") if m]
-    seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
-    self.runs = plan(args.family.split(","), methods, seeds, list(args.overrides),
+    self.runs = plan(args.family.split(","), methods, args.seed_list, list(args.overrides),
                      self.work_root, by_family=args.by_family, prompted=args.prompted)
     self._check_experiments()
 
@@ -296,6 +295,9 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--methods", default="grpo,dr_grpo,rloo,dapo,gigpo,csa,csa_dapo,csa_lam0,csa_lam1")
   p.add_argument("--seeds", type=int, default=5, help="how many seeds")
   p.add_argument("--seed-offset", type=int, default=0, help="first seed")
+  p.add_argument("--seed-list", default=None, metavar="S,S,...",
+                 help="these seeds instead of --seeds and --seed-offset (a study whose seeds "
+                      "are chosen by a rule on their SFT starts)")
   p.add_argument("--name", default=None, help="study name (default: the family)")
   p.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
   p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -310,6 +312,15 @@ def parse_args(argv=None) -> argparse.Namespace:
   args.name = args.name or args.family
   if args.seeds < 1 or args.jobs < 1:
     p.error("--seeds and --jobs must be >= 1")
+  try:
+    args.seed_list = (list(range(args.seed_offset, args.seed_offset + args.seeds))
+                      if args.seed_list is None
+                      else [int(x) for x in args.seed_list.split(",") if x.strip()])
+  except ValueError:
+    p.error(f"--seed-list {args.seed_list!r}: comma-separated integers, e.g. 0,1,3")
+  seeds = args.seed_list
+  if not seeds or min(seeds) < 0 or len(set(seeds)) < len(seeds):
+    p.error(f"--seed-list {args.seed_list}: distinct seeds >= 0, at least one")
   owned = [o for o in args.overrides if o.split("=", 1)[0].strip() in ("seed", "sft.init_from")]
   if owned:
     p.error(f"--set {owned[0]}: the sweep sets seed and sft.init_from itself "

@@ -124,6 +124,17 @@ def test_set_refuses_what_the_sweep_owns(owned, capsys):
   assert "the sweep sets seed and sft.init_from itself" in capsys.readouterr().err
 
 
+def test_a_seed_list_replaces_the_range_and_bad_lists_are_refused(capsys):
+  assert sweep.parse_args(["--family", "coin_doors", "--seed-list", "0,1,3,8"]).seed_list \
+      == [0, 1, 3, 8]
+  assert sweep.parse_args(["--family", "coin_doors", "--seeds", "2", "--seed-offset", "4"]
+                          ).seed_list == [4, 5]
+  for bad in ("0,x", "1,1", "-1", ""):
+    with pytest.raises(SystemExit):
+      sweep.parse_args(["--family", "coin_doors", "--seed-list", bad])
+    assert "--seed-list" in capsys.readouterr().err
+
+
 def _git(cwd, *args):
   return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True,
                         check=True).stdout

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The matched-updates study's sweep, resumable: run it again to continue (finished runs
 # are skipped, killed ones resume from their checkpoints; each finished run is committed).
-#   1. the 24 SFT starts (no RL run), the 8 at H = 48 first (stopping there if one misses
-#      the band);
-#   2. the gate: every start in the notes' band (sft_band.py), else stop before any RL run;
+#   1. the SFT starts (no RL run), the H = 48 ones first;
+#   2. the gate, the notes' inclusion rule (sft_band.py --select): a seed with a start
+#      outside the band is excluded and the next seed takes its place, until 8 seeds have
+#      all three starts in the band (no RL run before);
 #   3. the matched arm: grpo, csa, csa_state at H = 4, 16, 48, seed by seed;
 #   4. the mechanism arms at H = 4 on the same starts (csa_t0 and csa_routine once their
 #      estimators exist: the sweep refuses unknown experiments, so this step then says so).
@@ -12,20 +13,33 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 JOBS=${JOBS:-2}
 FAMILIES=keydoor_matched_h4,keydoor_matched_h16,keydoor_matched_h48
-# The H = 48 starts first: the horizon where a recipe is likeliest to miss the band.
-$PY -m studies.sweep --family keydoor_matched_h48 --by-family --methods "" --seeds 8 \
-    --name horizon_matched --jobs "$JOBS" --commit || exit 1
-$PY reports/horizon_matched/sft_band.py --horizons 48 || exit 1
-$PY -m studies.sweep --family "$FAMILIES" --methods "" --seeds 8 --name horizon_matched \
-    --jobs "$JOBS" --commit || exit 1
-$PY reports/horizon_matched/sft_band.py || exit 1
+BAND=reports/horizon_matched/sft_band.py
+# The inclusion rule moves an excluded seed's starts to sft_excluded/: committed at once.
+commit_band() {
+  git add -A reports/horizon_matched/runs reports/horizon_matched/sft_excluded
+  git diff --cached --quiet || git commit -q -m "sweep horizon_matched: the inclusion rule excludes $1"
+}
+# Steps 1-2 until the rule holds: starts of the first 8 seeds not excluded, H = 48 first
+# (the horizon where a start is likeliest to miss the band), then H = 4 and 16.
+for horizons in 48 4,16,48; do
+  while :; do
+    SEEDS=$($PY $BAND --select 8 --horizons "$horizons"); rc=$?
+    commit_band "seeds outside the band at H = $horizons"
+    [ $rc -eq 0 ] && break
+    [ $rc -eq 3 ] || exit 1
+    fams=$(echo "$horizons" | sed -E 's/([0-9]+)/keydoor_matched_h\1/g')
+    $PY -m studies.sweep --family "$fams" --by-family --methods "" --seed-list "$SEEDS" \
+        --name horizon_matched --jobs "$JOBS" --commit || exit 1
+  done
+done
+echo "the seeds of the study: $SEEDS"
 # The predictions must be committed before the first RL run.
 git log -1 --format=%H -- reports/horizon_matched/notes.md | grep -q . \
     || { echo "reports/horizon_matched/notes.md (the predictions) is not committed" >&2; exit 1; }
-$PY -m studies.sweep --family "$FAMILIES" --methods grpo,csa,csa_state --seeds 8 \
+$PY -m studies.sweep --family "$FAMILIES" --methods grpo,csa,csa_state --seed-list "$SEEDS" \
     --name horizon_matched --jobs "$JOBS" --commit || exit 1
 $PY -m studies.sweep --family keydoor_matched_h4 --by-family \
-    --methods grpo_lr2x,grpo_decisive --seeds 8 --name horizon_matched --jobs "$JOBS" \
+    --methods grpo_lr2x,grpo_decisive --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" \
     --commit || exit 1
 $PY -m studies.sweep --family keydoor_matched_h4 --by-family \
-    --methods csa_t0,csa_routine --seeds 8 --name horizon_matched --jobs "$JOBS" --commit
+    --methods csa_t0,csa_routine --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" --commit
