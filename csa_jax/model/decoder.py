@@ -349,6 +349,36 @@ class Decoder(nnx.Module):
       x = jnp.take_along_axis(x, at_BxK[..., None].astype(jnp.int32), axis=1)
     return x
 
+  def hidden_states_prefixed(self, prefix_1xP: jax.Array, tokens_BxS: jax.Array, *,
+                             attention_mask_BxS: jax.Array | None = None,
+                             at_BxK: jax.Array | None = None) -> jax.Array:
+    """`hidden_states` of B rows that all start with the P tokens prefix_1xP, given what
+    follows it in each (tokens_BxS, right-padded; attention_mask_BxS 1 on real tokens):
+    [B, S, D] over those tokens, or [B, K, D] at their positions at_BxK.
+
+    The prefix goes through the layers once, and every row's attention reads its keys and
+    values before the row's own: the sampler's shared prefill (forward_cached over a
+    cache that starts with the prefix's slots) for a training forward, where the prefix's
+    keys/values depend on the parameters and the gradient reaches them through both
+    passes. The same numbers as `hidden_states` of the whole rows up to float rounding,
+    for (B - 1) x P fewer tokens through the projections and MLPs.
+    """
+    p, (b, s) = prefix_1xP.shape[1], tokens_BxS.shape
+    if attention_mask_BxS is None:
+      attention_mask_BxS = jnp.ones(tokens_BxS.shape, jnp.int32)
+    causal_1xPxP = jnp.tril(jnp.ones((p, p), bool))[None]
+    _, prefix_kv = self._layers_after(prefix_1xP, jnp.arange(p)[None], causal_1xPxP, None,
+                                      keep_kv=True)
+    # Slot j < P holds prefix token j, slot P + j the row's token j; query q sits at P + q.
+    positions_BxS = p + default_positions(attention_mask_BxS)
+    causal_SxPS = jnp.arange(p + s)[None, :] <= p + jnp.arange(s)[:, None]
+    valid_BxPS = jnp.concatenate([jnp.ones((b, p), bool), attention_mask_BxS.astype(bool)], 1)
+    x, _ = self._layers_after(tokens_BxS, positions_BxS, causal_SxPS[None] & valid_BxPS[:, None],
+                              prefix_kv, keep_kv=False)
+    if at_BxK is not None:
+      x = jnp.take_along_axis(x, at_BxK[..., None].astype(jnp.int32), axis=1)
+    return x
+
   def forward_cached(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                      cache: KVCache, cache_index: jax.Array,
                      kv_mask_BxS: jax.Array, *, last_only: bool = False
@@ -380,13 +410,19 @@ class Decoder(nnx.Module):
     zeros = tuple(jnp.zeros(shape, c.jnp_dtype) for _ in range(c.num_layers))
     return KVCache(k=zeros, v=zeros)
 
-  def _layers(self, tokens_BxT, positions_BxT, mask, cache, cache_index):
+  def _embed(self, tokens_BxT, positions_BxT):
+    """(the token embeddings in the compute dtype, rotary cos, sin) of the layers' input."""
     x = jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0)
     x = x.astype(self.cfg.jnp_dtype)
     c = self.cfg
     # A trace-time NumPy constant, not state.
     inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
     cos, sin = rope_cos_sin(positions_BxT, inv_freq)
+    return x, cos, sin
+
+  def _layers(self, tokens_BxT, positions_BxT, mask, cache, cache_index):
+    x, cos, sin = self._embed(tokens_BxT, positions_BxT)
+    c = self.cfg
     if c.scan_layers:
       x, new_cache = self._scan(x, cos, sin, mask, cache, cache_index)
       return self.norm(x), new_cache
@@ -427,6 +463,58 @@ class Decoder(nnx.Module):
     (x, k_all, v_all), _ = jax.lax.scan(
         cached_body, (x, cache.k, cache.v), (state, jnp.arange(self.cfg.num_layers)))
     return x, KVCache(k=k_all, v=v_all)
+
+  def _layers_after(self, tokens_BxT, positions_BxT, mask_BxTxS, prefix_kv, *, keep_kv):
+    """(x after the layers and the final norm, with keep_kv each layer's keys/values of
+    its S slots as a KVCache, else None) for tokens that follow a prefix: each layer
+    attends through the cached path (`Attention` with a LayerKV) over a fresh cache of S =
+    P + T slots, the prefix's keys/values (prefix_kv: a KVCache of one row, [1, K, P, Dh]
+    a layer; None: P = 0) for every row, then this call's, written at slot P.
+
+    Unlike the sampler's cached path it runs under a gradient: each layer's cache is its
+    own (scanned: an input and an output of the scan; in the carry, as the sampler keeps
+    it, the stacked cache would be among what the backward pass keeps of every layer),
+    and the layers are rematerialised as cfg.remat says."""
+    x, cos, sin = self._embed(tokens_BxT, positions_BxT)
+    c = self.cfg
+    b, t = tokens_BxT.shape
+    p = 0 if prefix_kv is None else prefix_kv.k[0].shape[-2]
+    empty_BxKxTxDh = jnp.zeros(cache_shape(c, b, t), c.jnp_dtype)
+
+    def slots(prefix_1xKxPxDh):  # one layer's cache: the prefix (one row for all), T empty
+      if prefix_1xKxPxDh is None:
+        return empty_BxKxTxDh
+      every_row = jnp.broadcast_to(prefix_1xKxPxDh, (b,) + prefix_1xKxPxDh.shape[1:])
+      return jnp.concatenate([every_row, empty_BxKxTxDh], axis=2)
+
+    def layer_fn(graphdef):
+      def run(state, x, k, v):
+        x, kv = nnx.merge(graphdef, state)(x, cos, sin, mask_BxTxS,
+                                           LayerKV(slots(k), slots(v)), p)
+        return x, ((kv.k, kv.v) if keep_kv else None)
+      return run
+
+    if c.scan_layers:
+      graphdef, state = nnx.split(self.layers)
+      run = layer_fn(graphdef)
+
+      def body(x, xs):
+        layer_state, k, v = xs
+        return run(layer_state, x, k, v)
+
+      prefix = (None, None) if prefix_kv is None else (prefix_kv.k, prefix_kv.v)
+      x, kv = jax.lax.scan(_scan_remat(body) if c.remat else body, x, (state, *prefix))
+      return self.norm(x), (KVCache(k=kv[0], v=kv[1]) if keep_kv else None)
+    ks, vs = [], []
+    for i, layer in enumerate(self.layers):
+      graphdef, state = nnx.split(layer)
+      run = jax.checkpoint(layer_fn(graphdef)) if c.remat else layer_fn(graphdef)
+      prefix = (None, None) if prefix_kv is None else (prefix_kv.k[i], prefix_kv.v[i])
+      x, kv = run(state, x, *prefix)
+      if keep_kv:
+        ks.append(kv[0])
+        vs.append(kv[1])
+    return self.norm(x), (KVCache(k=tuple(ks), v=tuple(vs)) if keep_kv else None)
 
   def logits(self, x_BxTxD: jax.Array) -> jax.Array:
     """The LM head on hidden states of `hidden_states` (any leading shape [..., D])."""
