@@ -35,9 +35,10 @@ update: one RL minibatch of `keydoor_h4_smollm2_csa` (algo.minibatch_size rows i
   fixed old log-probs and advantages of +-1. Ours: `train_step.make_rl_step` (the clipped
   loss, the KL term against a reference of the same adapters, AdamW with the preset's
   clip) on the batch the trainer lays out (`data.packed_batches`, the trainer's packing
-  rule). Torch: the same model with peft LoRA adapters of the preset's rank and alpha on
-  the same projections, a second adapter as the KL reference (its log-probs under
-  no_grad), TRL's row layout (left-padded prompts, right-padded actions,
+  rule, and with the preset's optim.share_prefix its shared prefix split off). Torch: the
+  same model with peft LoRA adapters of the preset's rank and alpha on the same
+  projections, a second adapter as the KL reference (its log-probs under no_grad), TRL's
+  row layout (left-padded prompts, right-padded actions,
   `logits_to_keep` = the action slots), the same clipped loss and k3 KL averaged per
   micro-batch, `clip_grad_norm_` and AdamW. Both start from adapters whose B is zero, so
   their first losses must agree (printed). Tokens/s: the rows' real input tokens per
@@ -48,7 +49,9 @@ update: one RL minibatch of `keydoor_h4_smollm2_csa` (algo.minibatch_size rows i
   base is frozen, no weight gradients), the reference's forward (2 N), the adapters'
   matmuls (forward, backward to activations and to their weights), causal attention over
   the row's real tokens (forward, twice that backward, and the reference's); the LM head
-  at the action positions only (forward, backward, reference).
+  at the action positions only (forward, backward, reference). With optim.share_prefix
+  (the preset's) the count is still every row's tokens, the work the torch reference does:
+  ours computes the shared prefix once a micro-batch, so its share is an effective one.
   Last line: `update ratio: R.RRx (ours N tok/s, torch M tok/s), matmul share: S.SS`.
 
 iteration: `keydoor_h4_smollm2_csa` at its preset through the real Trainer, with a short
@@ -333,9 +336,12 @@ def our_update(cfg, rows, reps):
   kw = dict(batch_size=len(rows), seq_len=r.seq_len, pad_id=tok.pad_id, seed=0,
             micro_batches=m, seq_multiple=mesh.shape["data"])
   counts = [data_lib.reuse_count(k, [], len(rows) // m) for k in data_lib.packed_needs(rows, **kw)]
+  prefix_len = (data_lib.reuse_prefix_len(data_lib.common_prefix_len(rows), [])
+                if cfg.optim.share_prefix else 0)  # as Trainer._batches
   batch = next(data_lib.iterate(data_lib.packed_batches(
-      rows, action_len=r.max_action_tokens, seqs_per_micro=counts, **kw)))
-  real, slots = data_lib.token_counts(batch)
+      rows, action_len=r.max_action_tokens, seqs_per_micro=counts, prefix_len=prefix_len,
+      **kw)))
+  real, slots = data_lib.token_counts(batch, m)
   on_device = {k: jnp.asarray(v) for k, v in batch.items()}
   ref = ts.reference_params(state.params) if cfg.algo.kl_coef else None
   ref = jax.tree.map(jnp.copy, ref)  # the update donates the state it is given
@@ -350,7 +356,8 @@ def our_update(cfg, rows, reps):
     holder["state"], mets = step(holder["state"], on_device, ref)
     jax.block_until_ready(mets)
 
-  return median_seconds(one, reps), first_loss, first_s, (real, slots, batch["inputs"].shape)
+  return (median_seconds(one, reps), first_loss, first_s,
+          (real, slots, batch["inputs"].shape, prefix_len))
 
 
 def torch_update(cfg, rows, tok_pad: int, reps):
@@ -454,7 +461,8 @@ def update_part(args) -> str:
                      "or entropy bonus, with the k3 KL")
   tok = Tokenizer.from_hf_dir(cfg.model_path)
   rows = update_rows(cfg, tok, cfg.algo.minibatch_size)
-  ours_s, ours_loss, first_s, (real, slots, shape) = our_update(cfg, rows, args.reps)
+  ours_s, ours_loss, first_s, (real, slots, shape, prefix_len) = our_update(cfg, rows,
+                                                                            args.reps)
   torch_s, torch_loss = torch_update(cfg, rows, tok.pad_id, args.reps)
   tokens = sum(len(r["prompt_ids"]) + len(r["action_ids"]) - 1 for r in rows)
   flops = update_flops(cfg.model, rows, bool(cfg.algo.kl_coef))
@@ -464,8 +472,9 @@ def update_part(args) -> str:
         f"{tokens / len(rows):.0f} a row), {micro_batches(cfg.optim, len(rows))} micro-batches, "
         f"LoRA rank {cfg.model.lora.rank}, KL reference {bool(cfg.algo.kl_coef)}; "
         f"{cores()} cores, torch {torch.get_num_threads()} threads")
-  print(f"  ours: batch {shape} ({1 - real / slots:.1%} padding), first step (compiles) "
-        f"{first_s:.1f} s, then {ours_s:.2f} s median of {args.reps}: "
+  shared = f" after a shared prefix of {prefix_len} tokens" if prefix_len else ""
+  print(f"  ours: batch {shape}{shared} ({1 - real / slots:.1%} padding), first step "
+        f"(compiles) {first_s:.1f} s, then {ours_s:.2f} s median of {args.reps}: "
         f"{flops / ours_s / 1e9:.1f} GFLOP/s")
   print(f"  torch (transformers + peft): {torch_s:.2f} s median of {args.reps}: "
         f"{flops / torch_s / 1e9:.1f} GFLOP/s")

@@ -127,6 +127,13 @@ class OptimConfig:
   # up to one of 8 counts per doubling (data.round_up_count), so a run compiles one update
   # shape per count it meets (a handful), not one.
   pack_rows: bool = True
+  # Compute the prompt tokens every training row of a call starts with (the chat markup and
+  # system message) once per micro-batch instead of once per row: an unpacked minibatch is
+  # laid out with them split off (csa_jax/update/data.py, `prefixed`) and every row
+  # attends to their keys/values (Decoder.hidden_states_prefixed). The same loss up to
+  # float rounding, for fewer tokens through the model. Only where rows go through
+  # `packed_batches` (pack_rows, one process) and a minibatch is laid out unpacked.
+  share_prefix: bool = False
   # An update whose loss or gradient is not finite is skipped (parameters and optimizer
   # state unchanged); this many skipped in a row stop the run (0: never stop).
   max_nonfinite_in_a_row: int = 3

@@ -284,6 +284,8 @@ FIELDS: dict[str, Field] = {
     "optim.micro_batch_size": F("rows per forward/backward pass (gradient accumulation; "
                                 "0: the whole batch)", ge(0)),
     "optim.pack_rows": F("pack training rows into fixed-length sequences (less padding)"),
+    "optim.share_prefix": F("compute the prompt prefix every training row shares once per "
+                            "micro-batch (unpacked minibatches of pack_rows, one process)"),
     "optim.max_nonfinite_in_a_row": F("skipped non-finite updates in a row that stop the "
                                       "run (0: never)", ge(0)),
     # sft

@@ -18,10 +18,14 @@ compiles in time flat in depth. Prompts go through the model's ChatML template w
 system message (SYSTEM_PROMPT); the task text, the history and the action list are the
 rollout's own (csa_jax/rollout/episodes.py), and the model answers with the action in its assistant
 turn. The sampler fits its batches to the prompts' lengths and prefills their common prefix
-once (rollout.sampler_shapes=fit, rollout.share_prefix; benchmarks/real_model.py measures
-them). Every prompt token costs about 0.27 GFLOP of forward pass (2 x 135M), so the prompt
-and action budgets are set just above what the chat-rendered prompts need, measured on the
-expert's episodes with this tokenizer and system message:
+once (rollout.sampler_shapes=fit, rollout.share_prefix), and the update computes the prompt
+tokens every training row starts with once per micro-batch (optim.share_prefix: on keydoor
+the chat markup, the system message and the task line's first words, 21 of a row's 74-80
+tokens, which packing cannot save: rows that long fill their 86-token sequences one each);
+benchmarks/real_model.py measures them. Every prompt token costs about 0.27 GFLOP of
+forward pass (2 x 135M), so the prompt and action budgets are set just above what the
+chat-rendered prompts need, measured on the expert's episodes with this tokenizer and system
+message:
 
 - keydoor_h4 (history of one turn): 70-76 prompt tokens (mean 74.1 over the 500 steps of
   the 100 demonstrations), 23 of them the chat markup and system message; the expert's
@@ -90,7 +94,9 @@ def keydoor_h4() -> ExperimentConfig:
       cfg,
       rollout=dataclasses.replace(cfg.rollout, num_envs=32),
       algo=AlgoConfig(epochs=1, minibatch_size=32),
-      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0, micro_batch_size=8),
+      # share_prefix: the 21 shared tokens once per micro-batch of 8 rows, not once a row.
+      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0, micro_batch_size=8,
+                        share_prefix=True),
       sft=SFTConfig(num_demos=100, epochs=2, batch_size=32, learning_rate=2e-4,
                     demo_filter="all"),
       eval=EvalConfig(num_episodes=200, greedy=True, sampled=True, every=0),
@@ -105,7 +111,10 @@ def alfworld_cpu() -> ExperimentConfig:
       rollout=dataclasses.replace(cfg.rollout, tasks_per_iter=4, group_size=4,
                                   max_turns=ALFWORLD_STEPS, num_envs=16),
       algo=AlgoConfig(epochs=1, minibatch_size=16),
-      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0, micro_batch_size=4),
+      # share_prefix: where a minibatch is not packed, its rows' shared prompt start
+      # (the chat markup and system message) once per micro-batch.
+      optim=OptimConfig(learning_rate=5e-5, grad_clip=1.0, micro_batch_size=4,
+                        share_prefix=True),
       sft=SFTConfig(num_demos=100, epochs=2, batch_size=16, learning_rate=2e-4),
       eval=EvalConfig(num_episodes=20, greedy=True, sampled=True, every=0),
       rl_iterations=10, checkpoint_every=2)

@@ -204,3 +204,86 @@ def test_packed_sequence_count_is_a_multiple_of_the_data_axis():
   for m, d in ((1, 4), (2, 4), (2, 3)):
     b = D.pack_rows(rows, seq_len=14, action_len=3, micro_batches=m, seq_multiple=d)
     assert b["inputs"].shape[0] % d == 0 and b["inputs"].shape[0] % m == 0
+
+
+# ----------------------------------------------------------------------------------------
+# A shared prefix (optim.share_prefix).
+
+
+def _prefixed_rows(rng, n, head):
+  """n rows whose prompts start with `head` then 1-4 ids of their own."""
+  rows = _rows(rng, n, max_prompt=4)
+  for r in rows:
+    r["prompt_ids"] = list(head) + r["prompt_ids"]
+  return rows
+
+
+def test_common_prefix_len_leaves_each_row_a_prompt_token_and_ignores_empty_rows():
+  row = lambda p, a=(9,): {"prompt_ids": list(p), "action_ids": list(a)}
+  assert D.common_prefix_len([row([1, 2, 3, 4])]) == 3  # one row: all but its last
+  assert D.common_prefix_len([row([1, 2, 3, 4])] * 3) == 3  # identical prompts
+  assert D.common_prefix_len([row([1, 2, 3, 4]), row([1, 2, 5, 6, 7])]) == 2
+  assert D.common_prefix_len([row([1, 2, 3, 4, 5]), row([1, 2, 3])]) == 2  # the shorter's cap
+  assert D.common_prefix_len([row([1, 2, 3]), row([2, 2, 3])]) == 0  # nothing in common
+  assert D.common_prefix_len([row([1]), row([1, 2])]) == 0
+  # Rows without action tokens (padding rows) hold no tokens and do not count.
+  assert D.common_prefix_len([row([1, 2, 3, 4]), D.empty_row(0), row([7, 7], ())]) == 3
+  assert D.common_prefix_len([D.empty_row(0)] * 2) == D.common_prefix_len([]) == 0
+
+
+def test_reuse_prefix_len_takes_the_longest_compiled_length_the_rows_hold():
+  compiled = []
+  picks = [D.reuse_prefix_len(n, compiled) for n in (21, 27, 21, 0, 15, 21, 30, 16)]
+  assert picks == [21, 21, 21, 0, 15, 21, 21, 15]
+  assert compiled == [21, 15]
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+def test_a_prefixed_minibatch_holds_each_row_after_the_shared_prefix(micro):
+  """An unpacked minibatch with prefix_len P: every row's prefix is the shared P ids, its
+  inputs and mask what follows them in the unpacked row, act_pos pointing at the same
+  tokens; the per-row arrays unchanged; a packed minibatch as without a prefix; the prefix
+  counted once per micro-batch; a prefix the rows do not share refused."""
+  rng = np.random.default_rng(6)
+  head = [3, 4, 5, 6, 7]
+  rows = _prefixed_rows(rng, 13, head)
+  L, A, P = 12, 3, len(head)
+  assert D.common_prefix_len(rows) == P
+  kw = dict(batch_size=8, seq_len=L, pad_id=0, seed=1, epochs=2, micro_batches=micro)
+  plain = list(D.iterate(D.batches(rows, action_len=A, **{k: v for k, v in kw.items()
+                                                          if k != "micro_batches"})))
+  unpacked = D.packed_batches(rows, action_len=A, seqs_per_micro=[0] * 4, prefix_len=P, **kw)
+  for got, want in zip(D.iterate(unpacked), plain, strict=True):
+    assert set(got) == set(D.PREFIXED_KEYS)
+    np.testing.assert_array_equal(got["prefix"], np.tile(head, (8, 1)))
+    np.testing.assert_array_equal(got["inputs"], want["inputs"][:, P:])
+    np.testing.assert_array_equal(got["attn_mask"], want["attn_mask"][:, P:])
+    for k in ("targets", "loss_mask", "old_logp", "adv"):
+      np.testing.assert_array_equal(got[k], want[k])
+    real = want["loss_mask"] > 0
+    np.testing.assert_array_equal(got["act_pos"][real], want["act_pos"][real] - P)
+    assert (got["act_pos"][~real] == 0).all()
+    n_real = int(want["attn_mask"][want["loss_mask"].any(-1)].sum())  # rows' whole tokens
+    n_rows = int(want["loss_mask"].any(-1).sum())
+    assert D.token_counts(got, micro) == (n_real - (n_rows - micro) * P,
+                                          8 * (L - P) + micro * P)
+  packs = D.packed_needs(rows, **kw)
+  with_prefix = D.packed_batches(rows, action_len=A, seqs_per_micro=packs, prefix_len=P, **kw)
+  for got, want in zip(D.iterate(with_prefix),
+                       D.iterate(D.packed_batches(rows, action_len=A, seqs_per_micro=packs,
+                                                  **kw)), strict=True):
+    assert set(got) == set(D.PACKED_KEYS)
+    for k in D.PACKED_KEYS:
+      np.testing.assert_array_equal(got[k], want[k])
+  # Rows with nothing in common: prefix_len 0, the unpacked layout.
+  other = rows + [D.sft_row([2, 3], [4])]
+  assert D.common_prefix_len(other) == 0
+  for got, want in zip(D.iterate(D.packed_batches(other, action_len=A, seqs_per_micro=[0] * 4,
+                                                  prefix_len=0, **kw)),
+                       D.iterate(D.batches(other, action_len=A, **{
+                           k: v for k, v in kw.items() if k != "micro_batches"})), strict=True):
+    assert set(got) == set(D.BATCH_KEYS)
+    for k in D.BATCH_KEYS:
+      np.testing.assert_array_equal(got[k], want[k])
+  with pytest.raises(ValueError, match="same 6 prompt tokens"):
+    D.packed_batches(rows + [D.sft_row(head + [1], [2])], action_len=A, prefix_len=6, **kw)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from csa_jax.model import (Decoder, Llama3RopeScaling, ModelConfig,
+from csa_jax.model import (Decoder, Llama3RopeScaling, LoRAConfig, ModelConfig,
                            token_logprobs)
 from csa_jax.model.decoder import rope_inv_freq
 
@@ -285,3 +285,66 @@ def test_logit_positions_select_rows_of_the_full_logits(tied):
   for b in range(3):
     for k in range(2):
       np.testing.assert_allclose(part[b, k], full[b, pos_BxK[b, k]], rtol=1e-5, atol=1e-5)
+
+
+
+def _prefixed_rows(p, seed=7):
+  """Three rows that start with the same p tokens (right-padded to 11 slots, row 1 by 4),
+  and what follows the prefix in each."""
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(1, V, (3, 11)).astype(np.int32)
+  tokens[:, :p] = tokens[0, :p]
+  mask = np.ones((3, 11), np.int32)
+  mask[1, -4:] = 0
+  tokens[mask == 0] = 0
+  return tokens, mask, tokens[:, p:], mask[:, p:]
+
+
+@pytest.mark.parametrize("scan", [False, True])
+@pytest.mark.parametrize("remat", [False, True])
+@pytest.mark.parametrize("p", [1, 4])
+def test_a_shared_prefix_gives_the_whole_rows_hidden_states_and_gradients(scan, remat, p):
+  """hidden_states_prefixed (the prefix through the layers once, its keys/values read by
+  every row) against hidden_states of the whole rows, with trained-looking LoRA adapters
+  (B non-zero): the same hidden states on every real token after the prefix, at given
+  positions too, and the same gradient of a loss over them with respect to every
+  parameter, adapters and base (the prefix's keys/values carry gradient). P = 1 sends the
+  prefix pass through the attention's one-query branch. The tolerance is float32 rounding
+  of two computations of one function: hidden states (of size 1-3) as for the scanned
+  layers against the unrolled ones (test_scan_layers), a gradient to 1e-5 of its largest
+  entry. (The whole-row forward of each row alone differs from the batched one by about
+  2e-6 in hidden states and 1.5e-6 of a gradient's largest entry, as the prefixed one
+  does.)"""
+  cfg = ModelConfig.tiny(V, num_layers=2, qkv_bias=True, scan_layers=scan, remat=remat,
+                         lora=LoRAConfig(rank=4, alpha=8.0))
+  model = Decoder(cfg, rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(8)
+  for path, var in nnx.iter_graph(model):
+    if isinstance(var, nnx.LoRAParam) and path[-1] == "lora_b":
+      var[...] = jnp.asarray(0.1 * rng.standard_normal(var.shape), var[...].dtype)
+  tokens, mask, rest, rest_mask = map(jnp.asarray, _prefixed_rows(p))
+  at_BxK = jnp.asarray([[0, 11 - p - 1], [2, 11 - p - 5], [1, 3]], jnp.int32)
+  w = jnp.asarray(rng.standard_normal((3, 11 - p, cfg.hidden_size)), jnp.float32)
+  w = w * rest_mask[..., None]  # the loss reads real tokens only
+
+  def whole(m):
+    return m.hidden_states(tokens, attention_mask_BxT=mask)[:, p:]
+
+  def prefixed(m):
+    return m.hidden_states_prefixed(tokens[:1, :p], rest, attention_mask_BxS=rest_mask)
+
+  g, state = nnx.split(model)
+  run = jax.jit(lambda fn, s: fn(nnx.merge(g, s)), static_argnums=0)
+  grad = jax.jit(jax.grad(lambda s, fn: (fn(nnx.merge(g, s)) * w).sum()), static_argnums=1)
+  want, got = np.asarray(run(whole, state)), np.asarray(run(prefixed, state))
+  real = np.asarray(rest_mask) > 0
+  np.testing.assert_allclose(got[real], want[real], rtol=1e-5, atol=1e-5)
+  at = np.asarray(run(lambda m: m.hidden_states_prefixed(
+      tokens[:1, :p], rest, attention_mask_BxS=rest_mask, at_BxK=at_BxK), state))
+  np.testing.assert_array_equal(at, np.take_along_axis(got, np.asarray(at_BxK)[..., None], 1))
+  want_g, got_g = grad(state, whole), grad(state, prefixed)
+  lora_a = [x for path, x in nnx.to_flat_state(got_g) if path[-1] == "lora_a"]
+  assert lora_a and all(np.abs(np.asarray(x.get_value())).max() > 0 for x in lora_a)
+  for a, b in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
+    b = np.asarray(b)
+    np.testing.assert_allclose(np.asarray(a), b, rtol=0, atol=1e-5 * np.abs(b).max())

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from csa_jax.config import AlgoConfig
-from csa_jax.model import Decoder, ModelConfig, token_logprobs
+from csa_jax.model import Decoder, LoRAConfig, ModelConfig, lora, token_logprobs
 from csa_jax.model import sampling
 from csa_jax.model.sampling import SamplingConfig
 from csa_jax.update import data as D
@@ -370,6 +370,69 @@ def test_sft_step_on_packed_rows_equals_the_unpacked_step():
   copy = lambda: jax.tree.map(jnp.copy, params)  # the step donates the state's buffers
   a, ma = step(ts.init_state(copy(), tx), plain)
   b, mb = step(ts.init_state(copy(), tx), packed)
+  np.testing.assert_allclose(float(mb["nll"]), float(ma["nll"]), rtol=1e-5)
+  for x, y in zip(jax.tree.leaves(b.params), jax.tree.leaves(a.params)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)
+
+
+def _prefixed_rows(rng, head, n=8):
+  """n rows whose prompts start with `head`, then 1-4 ids of their own, and 2 padding rows."""
+  rows, _ = _batch(rng, n=n, adv=rng.normal(size=n).astype(np.float32))
+  for r in rows:
+    r["prompt_ids"] = list(head) + r["prompt_ids"][:int(rng.integers(1, 5))]
+    r["old_logps"] = (-rng.random(len(r["action_ids"]))).tolist()
+  return rows + [D.empty_row(0)] * 2
+
+
+@pytest.mark.parametrize("scan, remat, micro", [(False, False, 1), (True, True, 2),
+                                                (False, True, 2)])
+def test_prefixed_rows_give_the_unprefixed_logprobs_loss_and_gradient(scan, remat, micro):
+  """optim.share_prefix: rows that start with the same prompt tokens, laid out with those
+  split off (data.prefixed: the model computes them once), against the same rows unprefixed
+  as the reference: the same per-token log-probs, loss, metrics (KL to a reference
+  included) and gradient with respect to the LoRA adapters, with and without
+  micro-batches; padding rows count in no mean. SFT's step moves the adapters alike."""
+  cfg = CFG.replace(scan_layers=scan, remat=remat, lora=LoRAConfig(rank=4, alpha=8.0))
+  graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)), nnx.Param)
+  rng = np.random.default_rng(6)
+  params = nnx.from_flat_state([  # trained-looking adapters: B non-zero
+      (path, v.replace(jnp.asarray(0.1 * rng.standard_normal(v.shape), jnp.float32))
+       if path[-1] == "lora_b" else v) for path, v in nnx.to_flat_state(params)])
+  assert all(np.abs(np.asarray(v.get_value())).max() > 0
+             for path, v in nnx.to_flat_state(params) if path[-1] == "lora_b")
+  ref = _np_tree(lambda x: x + np.float32(0.01), params)
+  head = rng.integers(2, 64, 6).tolist()
+  rows = _prefixed_rows(rng, head)
+  assert D.common_prefix_len(rows) == len(head)
+  L, A = 16, 4
+  plain = {k: np.stack([D.row_arrays(r, L, A)[k] for r in rows]) for k in D.BATCH_KEYS}
+  pre = {k: jnp.asarray(v) for k, v in D.prefixed(plain, head).items()}
+  plain = {k: jnp.asarray(v) for k, v in plain.items()}
+  scfg = SamplingConfig(max_new_tokens=A, temperature=0.8)
+  mask = np.asarray(plain["loss_mask"])
+  np.testing.assert_allclose(
+      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, pre),
+                                            pre["targets"], scfg)) * mask,
+      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, plain),
+                                            plain["targets"], scfg)) * mask,
+      rtol=1e-5, atol=1e-6)
+  adapters, frozen = lora.split(params)
+  rl_loss = ts.make_rl_loss(graphdef, AlgoConfig(loss_agg="seq-mean-token-mean", kl_coef=0.05),
+                            scfg)
+  loss_fn = lambda a, batch, r: rl_loss(lora.merge(a, frozen), batch, r)
+  (want, want_m), want_g = _jit_value_and_grad_micro(loss_fn, adapters, plain, ref, micro)
+  (got, got_m), got_g = _jit_value_and_grad_micro(loss_fn, adapters, pre, ref, micro)
+  np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
+  for k in want_m:
+    np.testing.assert_allclose(float(got_m[k]), float(want_m[k]), rtol=1e-4, atol=1e-6)
+  assert jax.tree.leaves(want_g)
+  for g, w in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=RTOL_GRAD, atol=ATOL_GRAD)
+  tx = optax.sgd(0.1)
+  step = ts.make_sft_step(graphdef, tx, micro)
+  copy = lambda: jax.tree.map(jnp.copy, params)  # the step donates the state's buffers
+  a, ma = step(ts.init_state(copy(), tx), plain)
+  b, mb = step(ts.init_state(copy(), tx), pre)
   np.testing.assert_allclose(float(mb["nll"]), float(ma["nll"]), rtol=1e-5)
   for x, y in zip(jax.tree.leaves(b.params), jax.tree.leaves(a.params)):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)

@@ -107,7 +107,8 @@ class Algorithm:
         if batch is None:
           break
         on_device = ctx.to_device(batch)
-      perf.count_train_batch(*data_lib.token_counts(batch))
+      perf.count_train_batch(*data_lib.token_counts(
+          batch, micro_batches(ctx.cfg.optim, a.minibatch_size)))
       with perf.phase("update"):  # observe reads the metrics: the step has finished
         state, upd = step(state, on_device, ref_params)
         observe(upd)

@@ -37,11 +37,11 @@ from typing import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from csa_jax.model.config import Llama3RopeScaling, ModelConfig
+from csa_jax.model.config import ModelConfig
 from csa_jax.model.kv_cache import KVCache, LayerKV, cache_shape
+from csa_jax.model.rope import apply_rope, rope_cos_sin, rope_inv_freq
 
 # A large finite negative (not -inf) so fully masked rows (padding queries)
 # give a finite uniform softmax instead of NaN.
@@ -115,40 +115,6 @@ class RMSNorm(nnx.Module):
     x32 = x.astype(jnp.float32)
     x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + self.eps)
     return self.weight[...].astype(self.dtype) * x32.astype(self.dtype)
-
-
-def rope_inv_freq(head_dim: int, theta: float,
-                  scaling: Llama3RopeScaling | None) -> np.ndarray:
-  """Inverse rotary frequencies [Dh/2] (float32), Llama 3.1 scaling if given."""
-  inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64)
-                              / head_dim))
-  if scaling is not None:
-    old_len = scaling.original_max_position_embeddings
-    low_wavelen = old_len / scaling.low_freq_factor
-    high_wavelen = old_len / scaling.high_freq_factor
-    wavelen = 2 * math.pi / inv_freq
-    scaled = np.where(wavelen > low_wavelen, inv_freq / scaling.factor,
-                      inv_freq)
-    smooth = ((old_len / wavelen - scaling.low_freq_factor)
-              / (scaling.high_freq_factor - scaling.low_freq_factor))
-    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
-    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-    inv_freq = np.where(medium, smoothed, scaled)
-  return inv_freq.astype(np.float32)
-
-
-def rope_cos_sin(positions_BxT: jax.Array, inv_freq: np.ndarray):
-  """cos, sin [B, T, Dh/2] in float32."""
-  angles = positions_BxT.astype(jnp.float32)[..., None] * inv_freq
-  return jnp.cos(angles), jnp.sin(angles)
-
-
-def apply_rope(x_BxTxNxDh: jax.Array, cos: jax.Array, sin: jax.Array):
-  """Rotates the two halves of the head dimension (HF `rotate_half` layout)."""
-  x1, x2 = jnp.split(x_BxTxNxDh.astype(jnp.float32), 2, axis=-1)
-  cos, sin = cos[:, :, None, :], sin[:, :, None, :]
-  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-  return out.astype(x_BxTxNxDh.dtype)
 
 
 class Attention(nnx.Module):
@@ -349,6 +315,30 @@ class Decoder(nnx.Module):
       x = jnp.take_along_axis(x, at_BxK[..., None].astype(jnp.int32), axis=1)
     return x
 
+  def hidden_states_prefixed(self, prefix_1xP: jax.Array, tokens_BxS: jax.Array, *,
+                             attention_mask_BxS: jax.Array | None = None,
+                             at_BxK: jax.Array | None = None) -> jax.Array:
+    """`hidden_states` of B right-padded rows that all start with the P tokens prefix_1xP,
+    given what follows it (tokens_BxS): [B, S, D], or [B, K, D] at positions at_BxK of S.
+    The prefix goes through the layers once and every row attends to its keys/values (the
+    sampler's shared prefill, here under a gradient, which reaches the parameters through
+    both passes): the same numbers up to float rounding for (B - 1) x P fewer tokens."""
+    p, (b, s) = prefix_1xP.shape[1], tokens_BxS.shape
+    if attention_mask_BxS is None:
+      attention_mask_BxS = jnp.ones(tokens_BxS.shape, jnp.int32)
+    causal_1xPxP = jnp.tril(jnp.ones((p, p), bool))[None]
+    _, prefix_kv = self._layers_after(prefix_1xP, jnp.arange(p)[None], causal_1xPxP, None,
+                                      keep_kv=True)
+    # Slot j < P holds prefix token j, slot P + j the row's token j; query q sits at P + q.
+    positions_BxS = p + default_positions(attention_mask_BxS)
+    causal_SxPS = jnp.arange(p + s)[None, :] <= p + jnp.arange(s)[:, None]
+    valid_BxPS = jnp.concatenate([jnp.ones((b, p), bool), attention_mask_BxS.astype(bool)], 1)
+    x, _ = self._layers_after(tokens_BxS, positions_BxS, causal_SxPS[None] & valid_BxPS[:, None],
+                              prefix_kv, keep_kv=False)
+    if at_BxK is not None:
+      x = jnp.take_along_axis(x, at_BxK[..., None].astype(jnp.int32), axis=1)
+    return x
+
   def forward_cached(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                      cache: KVCache, cache_index: jax.Array,
                      kv_mask_BxS: jax.Array, *, last_only: bool = False
@@ -380,13 +370,19 @@ class Decoder(nnx.Module):
     zeros = tuple(jnp.zeros(shape, c.jnp_dtype) for _ in range(c.num_layers))
     return KVCache(k=zeros, v=zeros)
 
-  def _layers(self, tokens_BxT, positions_BxT, mask, cache, cache_index):
+  def _embed(self, tokens_BxT, positions_BxT):
+    """(the token embeddings in the compute dtype, rotary cos, sin) of the layers' input."""
     x = jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0)
     x = x.astype(self.cfg.jnp_dtype)
     c = self.cfg
     # A trace-time NumPy constant, not state.
     inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
     cos, sin = rope_cos_sin(positions_BxT, inv_freq)
+    return x, cos, sin
+
+  def _layers(self, tokens_BxT, positions_BxT, mask, cache, cache_index):
+    x, cos, sin = self._embed(tokens_BxT, positions_BxT)
+    c = self.cfg
     if c.scan_layers:
       x, new_cache = self._scan(x, cos, sin, mask, cache, cache_index)
       return self.norm(x), new_cache
@@ -427,6 +423,48 @@ class Decoder(nnx.Module):
     (x, k_all, v_all), _ = jax.lax.scan(
         cached_body, (x, cache.k, cache.v), (state, jnp.arange(self.cfg.num_layers)))
     return x, KVCache(k=k_all, v=v_all)
+
+  def _layers_after(self, tokens_BxT, positions_BxT, mask_BxTxS, prefix_kv, *, keep_kv):
+    """(x after the final norm, with keep_kv each layer's keys/values as a KVCache) of
+    tokens after a prefix: each layer attends through the cached path over S = P + T fresh
+    slots, the prefix's keys/values (prefix_kv, one row: [1, K, P, Dh] a layer; None: P =
+    0) shared by every row, then its own. Under a gradient, unlike the sampler's: a layer's
+    cache is its own (scanned, xs and ys: in the carry, the backward pass would keep the
+    whole stack for every layer), and layers are rematerialised as cfg.remat says."""
+    x, cos, sin = self._embed(tokens_BxT, positions_BxT)
+    c, (b, t) = self.cfg, tokens_BxT.shape
+    p = 0 if prefix_kv is None else prefix_kv.k[0].shape[-2]
+    empty_BxKxTxDh = jnp.zeros(cache_shape(c, b, t), c.jnp_dtype)
+
+    def slots(prefix_1xKxPxDh):  # one layer's cache: the prefix (every row's), T empty slots
+      if prefix_1xKxPxDh is None:
+        return empty_BxKxTxDh
+      every_row = jnp.broadcast_to(prefix_1xKxPxDh, (b,) + prefix_1xKxPxDh.shape[1:])
+      return jnp.concatenate([every_row, empty_BxKxTxDh], axis=2)
+
+    def layer_fn(graphdef):
+      def run(state, x, k, v):
+        x, kv = nnx.merge(graphdef, state)(x, cos, sin, mask_BxTxS,
+                                           LayerKV(slots(k), slots(v)), p)
+        return x, ((kv.k, kv.v) if keep_kv else None)
+      return run
+
+    if c.scan_layers:
+      graphdef, state = nnx.split(self.layers)
+      run = layer_fn(graphdef)
+      body = lambda x, xs: run(xs[0], x, *xs[1:])  # xs: (a layer's state, its prefix k, v)
+      prefix = (None, None) if prefix_kv is None else (prefix_kv.k, prefix_kv.v)
+      x, kv = jax.lax.scan(_scan_remat(body) if c.remat else body, x, (state, *prefix))
+    else:
+      kvs = []
+      for i, layer in enumerate(self.layers):
+        graphdef, state = nnx.split(layer)
+        run = jax.checkpoint(layer_fn(graphdef)) if c.remat else layer_fn(graphdef)
+        x, kv = run(state, x, *((None, None) if prefix_kv is None else
+                                (prefix_kv.k[i], prefix_kv.v[i])))
+        kvs.append(kv)
+      kv = tuple(zip(*kvs)) if keep_kv else None  # ((k of each layer), (v of each layer))
+    return self.norm(x), (KVCache(k=kv[0], v=kv[1]) if keep_kv else None)
 
   def logits(self, x_BxTxD: jax.Array) -> jax.Array:
     """The LM head on hidden states of `hidden_states` (any leading shape [..., D])."""

@@ -93,6 +93,8 @@ class Trainer:
     # The packed sequence counts (per micro-batch) each phase ("sft", "rl") has compiled
     # an update for: `_batches`.
     self.pack_counts: dict[str, list[int]] = {}
+    # The shared-prefix lengths (optim.share_prefix) each phase has compiled an update for.
+    self.prefix_lens: dict[str, list[int]] = {}
     self.summary: dict[str, Any] = {}
     self.guard = NonFiniteGuard(c.optim.max_nonfinite_in_a_row)
     self.stop = StopOnSignal()
@@ -185,7 +187,7 @@ class Trainer:
       for i, batch in enumerate(data_lib.iterate(ds)):
         if i < start:  # done before the stop: the same seeded order, skipped
           continue
-        tokens += data_lib.token_counts(batch)
+        tokens += data_lib.token_counts(batch, micro_batches(c.optim, c.sft.batch_size))
         state, metrics = step(state, dist.to_device(batch, self.mesh, whole=True))
         self.guard.observe(metrics, f"SFT batch {i + 1}")
         if (i + 1) % c.log_every == 0 or i + 1 == total:
@@ -213,7 +215,10 @@ class Trainer:
     of that length, else one row per sequence (one shape). Packed, each minibatch takes a
     sequence count the phase has compiled where one fits, or the unpacked layout where
     packing saves little (`data.reuse_count` over `pack_counts`, saved with checkpoints so
-    a resumed run lays rows out as the uninterrupted one): a run compiles a few shapes."""
+    a resumed run lays rows out as the uninterrupted one): a run compiles a few shapes.
+    With optim.share_prefix, the unpacked minibatches are laid out with the prompt tokens
+    every row starts with split off (`data.common_prefix_len`; a length the phase has
+    compiled where the rows hold one, `data.reuse_prefix_len` over `prefix_lens`)."""
     r = self.cfg.rollout
     kw = dict(batch_size=batch_size, seq_len=r.seq_len,
               pad_id=self.tok.pad_id, seed=seed, epochs=epochs)
@@ -225,8 +230,12 @@ class Trainer:
     per_micro = batch_size // kw["micro_batches"]
     counts = [data_lib.reuse_count(n, compiled, per_micro)
               for n in data_lib.packed_needs(rows, **kw)]
+    prefix_len = 0
+    if self.cfg.optim.share_prefix and 0 in counts:  # (a packed minibatch keeps its layout)
+      prefix_len = data_lib.reuse_prefix_len(data_lib.common_prefix_len(rows),
+                                             self.prefix_lens.setdefault(phase, []))
     return data_lib.packed_batches(rows, action_len=r.max_action_tokens, seqs_per_micro=counts,
-                                   **kw)
+                                   prefix_len=prefix_len, **kw)
 
   def _rl_iteration(self, it, pool, policy, rl_step, state, ref_params):
     t0 = time.perf_counter()
@@ -433,7 +442,8 @@ class Trainer:
     meta = meta | {"env_steps": self.env_steps, "np_rng": self.np_rng.bit_generator.state,
                    "summary": self.summary, "nonfinite": self.guard.state(),
                    "rollout_key": self.rollout_policy.key_state(),
-                   "processes": dist.process_count(), "pack_counts": self.pack_counts}
+                   "processes": dist.process_count(), "pack_counts": self.pack_counts,
+                   "prefix_lens": self.prefix_lens}
     if self.cfg.model.lora.enabled:  # the checkpoint holds the adapters; this, the base
       meta["lora_base"] = self.cfg.model_path or f"from scratch, seed {self.cfg.seed}"
     if dist.multi():  # each process's own sampler stream; the meta is process 0's
@@ -471,6 +481,8 @@ class Trainer:
     self.env_steps = int(meta["env_steps"])
     self.np_rng.bit_generator.state = meta["np_rng"]
     self.pack_counts = {k: list(v) for k, v in meta["pack_counts"].items()}
+    # (absent from checkpoints written before optim.share_prefix)
+    self.prefix_lens = {k: list(v) for k, v in meta.get("prefix_lens", {}).items()}
     self.summary = meta["summary"]
     self.guard.load(meta["nonfinite"])
     self.rollout_policy.set_key_state(

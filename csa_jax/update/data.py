@@ -15,6 +15,12 @@ restarting at 0 in each row, so every row sees exactly what it sees alone. The p
 arrays ([R, A]: targets, loss mask, old log-probs, advantages) are those of the unpacked
 batch; `act_idx` says where in the flattened [S * L] sequence slots each action token's
 prediction is read. The loss is therefore the same function of the same rows.
+
+A shared prefix (`packed_batches` with prefix_len P, optim.share_prefix): where a minibatch
+is laid out one row per sequence, the first P prompt tokens every row starts with (the chat
+markup and system message) are split off into `prefix`, and the rows keep what follows; the
+update runs the prefix through the model once per micro-batch and every row attends to it
+(`Decoder.hidden_states_prefixed`), the same logits up to float rounding for fewer tokens.
 """
 
 from __future__ import annotations
@@ -37,6 +43,11 @@ BATCH_KEYS = ("inputs", "attn_mask", "act_pos", "targets", "loss_mask", "old_log
 # the micro-batch's, [S * L] sequence slots), targets, loss_mask, old_logp, adv.
 PACKED_KEYS = ("inputs", "attn_mask", "positions", "segment_ids", "act_idx", "targets",
                "loss_mask", "old_logp", "adv")
+# A prefixed batch: BATCH_KEYS with inputs and attn_mask [N, L - P] (what follows the P
+# prompt tokens every row starts with) and act_pos shifted by -P to index them, and prefix
+# [N, P] (those tokens, copied into every row so that the batch splits into micro-batches
+# and over 'data' as any other; the update reads one row of it).
+PREFIXED_KEYS = BATCH_KEYS + ("prefix",)
 # A packed batch's sequence count is rounded up to the next of PACK_STEPS evenly spaced
 # counts per doubling (1..8, then 9, 10, .. 16, 18, 20, .. 32, 36, ...): at most 1/PACK_STEPS
 # of the sequences are rounding. A count already compiled is reused for a minibatch that
@@ -235,23 +246,67 @@ def reuse_count(need: int, compiled: list[int], rows: int) -> int:
   return need
 
 
+def common_prefix_len(rows: Sequence[Row]) -> int:
+  """How many first prompt ids every row with action tokens starts with (a row without
+  holds no tokens), leaving each at least one prompt token of its own: the last prompt
+  token predicts the first action token, so it must be among the row's own. 0 for none."""
+  prompts = [r["prompt_ids"] for r in rows if r["action_ids"]]
+  if not prompts:
+    return 0
+  n = max(min(len(p) for p in prompts) - 1, 0)
+  first = prompts[0]
+  for p in prompts[1:]:
+    n = next((i for i in range(n) if p[i] != first[i]), n)
+  return n
+
+
+def reuse_prefix_len(common: int, compiled: list[int]) -> int:
+  """The prefix length to split off rows that share `common` first tokens: the longest one
+  already compiled that they hold (a shorter prefix serves as well, and each length is
+  another update shape), else `common`, which joins `compiled` (the caller's list)."""
+  fits = [p for p in compiled if p <= common]
+  if fits:
+    return max(fits)
+  if common:
+    compiled.append(common)
+  return common
+
+
+def prefixed(batch: dict[str, np.ndarray], prefix_ids: Sequence[int]) -> dict[str, np.ndarray]:
+  """An unpacked batch (BATCH_KEYS) of rows that start with `prefix_ids`, those split off
+  (PREFIXED_KEYS); targets, loss masks, old log-probs and advantages stay as they are."""
+  p = len(prefix_ids)
+  out = dict(batch, inputs=batch["inputs"][:, p:], attn_mask=batch["attn_mask"][:, p:])
+  # An action slot past a row's action keeps index 0 (its loss mask is 0).
+  out["act_pos"] = np.where(batch["loss_mask"] > 0, batch["act_pos"] - p, 0).astype(np.int32)
+  out["prefix"] = np.tile(np.asarray(prefix_ids, np.int32), (len(batch["inputs"]), 1))
+  return out
+
+
 def packed_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action_len: int,
                    pad_id: int, seed: int, epochs: int = 1, micro_batches: int = 1,
-                   seq_multiple: int = 1, seqs_per_micro: Sequence[int] = ()
-                   ) -> grain.MapDataset:
+                   seq_multiple: int = 1, seqs_per_micro: Sequence[int] = (),
+                   prefix_len: int = 0) -> grain.MapDataset:
   """`batches` packed: the same rows in the same minibatches (the same padding rows,
   shuffle and repeat), minibatch i laid out by `pack_rows` in `seqs_per_micro[i]` sequences
   per micro-batch (0: unpacked, as `batches` lays it out), or (empty) in what it needs
   (`packed_needs`). The trainer passes `reuse_count`'s counts, so a run compiles a few
-  update shapes and packs only where it pays."""
+  update shapes and packs only where it pays. prefix_len P > 0 (at most
+  `common_prefix_len(rows)`): an unpacked minibatch is laid out `prefixed`, its rows' first
+  P prompt tokens split off."""
   counts = list(seqs_per_micro) or packed_needs(
       rows, batch_size=batch_size, seq_len=seq_len, pad_id=pad_id, seed=seed, epochs=epochs,
       micro_batches=micro_batches, seq_multiple=seq_multiple)
+  if prefix_len > common_prefix_len(rows):
+    raise ValueError(f"the rows do not all start with the same {prefix_len} prompt tokens "
+                     f"and one of their own")
+  prefix_ids = next((r["prompt_ids"][:prefix_len] for r in rows if r["action_ids"]), [])
 
   def lay_out(i, mb):
     if not counts[i]:
       arrays = [row_arrays(r, seq_len, action_len) for r in mb]
-      return {k: np.stack([a[k] for a in arrays]) for k in BATCH_KEYS}
+      batch = {k: np.stack([a[k] for a in arrays]) for k in BATCH_KEYS}
+      return prefixed(batch, prefix_ids) if prefix_len else batch
     return pack_rows(mb, seq_len=seq_len, action_len=action_len,
                      micro_batches=micro_batches, seqs_per_micro=counts[i])
 
@@ -260,13 +315,18 @@ def packed_batches(rows: Sequence[Row], *, batch_size: int, seq_len: int, action
           .map_with_index(lay_out))
 
 
-def token_counts(batch: dict[str, np.ndarray]) -> tuple[int, int]:
-  """(tokens of real rows, all token slots) of a batch, packed or not: a padding row of an
-  unpacked batch holds one pad token that counts as padding."""
+def token_counts(batch: dict[str, np.ndarray], micro_batches: int = 1) -> tuple[int, int]:
+  """(tokens of real rows, all token slots) of a batch, packed, prefixed or neither, as the
+  update computes it in `micro_batches` slices: a padding row of an unpacked batch holds
+  one pad token that counts as padding; a prefixed batch's prefix counts once a slice."""
   mask = batch["attn_mask"]
   if "segment_ids" in batch:
     return int(mask.sum()), mask.size
-  return int(mask[batch["loss_mask"].any(-1)].sum()), mask.size
+  real, slots = int(mask[batch["loss_mask"].any(-1)].sum()), mask.size
+  if "prefix" in batch:
+    shared = micro_batches * batch["prefix"].shape[1]
+    real, slots = real + shared, slots + shared
+  return real, slots
 
 
 def iterate(ds: grain.MapDataset) -> Iterator[dict[str, np.ndarray]]:

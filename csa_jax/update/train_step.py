@@ -88,8 +88,13 @@ def reference_params(params, dtype: str = ""):
 def action_logits(graphdef, params, batch: Batch) -> jax.Array:
   """Logits [N, A, V] at the positions that predict action tokens; for a packed batch
   (csa_jax/update/data.py, `segment_ids` present) at its act_idx slots of the flattened
-  [S * L] sequences, [R, A, V] in row order: the same arrays as the rows unpacked."""
+  [S * L] sequences, [R, A, V] in row order; for a prefixed one (`prefix` present) with
+  the prefix computed once: the same arrays as the rows unpacked."""
   model = nnx.merge(graphdef, params)
+  if "prefix" in batch:  # every row holds the same prefix: one row of it serves them all
+    return model.logits(model.hidden_states_prefixed(
+        batch["prefix"][:1], batch["inputs"], attention_mask_BxS=batch["attn_mask"],
+        at_BxK=batch["act_pos"]))
   if "segment_ids" not in batch:
     return model(batch["inputs"], attention_mask_BxT=batch["attn_mask"],
                  logit_positions_BxK=batch["act_pos"])
