@@ -50,9 +50,12 @@ update: one RL minibatch of `keydoor_h4_smollm2_csa` (algo.minibatch_size rows i
   matmuls (forward, backward to activations and to their weights), causal attention over
   the row's real tokens (forward, twice that backward, and the reference's); the LM head
   at the action positions only (forward, backward, reference). With optim.share_prefix
-  (the preset's) the count is still every row's tokens, the work the torch reference does:
-  ours computes the shared prefix once a micro-batch, so its share is an effective one.
-  Last line: `update ratio: R.RRx (ours N tok/s, torch M tok/s), matmul share: S.SS`.
+  (the preset's) ours computes the shared prefix once a micro-batch: its share counts that
+  work (the prefix once a micro-batch, every row's own tokens attending to it), and the
+  GFLOP/s of the rows' whole work (what the torch reference computes) are printed beside.
+  Last line: `update ratio: R.RRx (ours N tok/s, torch M tok/s), matmul share: S.SS`, with
+  a shared prefix followed by `(T.TT of the rows' work)`: the rows' whole work over the
+  step's time, the count of the torch reference and of an unshared step.
 
 iteration: `keydoor_h4_smollm2_csa` at its preset through the real Trainer, with a short
   SFT (8 demonstrations, one epoch) and small evaluations so that the RL iterations
@@ -174,20 +177,26 @@ def generate_flops(c, prompt_lens, gen_lens) -> float:
   return float(total)
 
 
-def update_flops(c, rows, kl_reference: bool) -> float:
-  """A LoRA RL step's FLOPs over `rows` (module docstring)."""
+def update_flops(c, rows, kl_reference: bool, prefix_len: int = 0,
+                 micro_batches: int = 1) -> float:
+  """A LoRA RL step's FLOPs over `rows` (module docstring); with a shared prefix of
+  prefix_len tokens, as the prefixed layout computes them: the prefix once a micro-batch,
+  each row's own tokens attending to it and to their own."""
   base = 2 * c.num_layers * _linear_params(c)
   adapters = 2 * c.num_layers * _lora_params(c)
   per_pair = 4 * c.num_layers * c.num_heads * c.head_dim
   head = 2 * c.hidden_size * c.vocab_size
   fwd_passes = 2 if kl_reference else 1
-  total = 0.0
+
+  def tokens(fed, pairs, actions):  # `fed` tokens through the layers, attention `pairs`
+    return (fed * (base * (fwd_passes + 1) + adapters * (fwd_passes + 2))
+            + per_pair * pairs * (fwd_passes + 2) + head * actions * (fwd_passes + 1))
+
+  p = prefix_len
+  total = micro_batches * tokens(p, p * (p + 1) / 2, 0)
   for r in rows:
-    t = len(r["prompt_ids"]) + len(r["action_ids"]) - 1
-    a = len(r["action_ids"])
-    pairs = t * (t + 1) / 2
-    total += t * (base * (fwd_passes + 1) + adapters * (fwd_passes + 2))
-    total += per_pair * pairs * (fwd_passes + 2) + head * a * (fwd_passes + 1)
+    own = len(r["prompt_ids"]) + len(r["action_ids"]) - 1 - p
+    total += tokens(own, own * p + own * (own + 1) / 2, len(r["action_ids"]))
   return float(total)
 
 
@@ -466,8 +475,10 @@ def update_part(args) -> str:
   torch_s, torch_loss = torch_update(cfg, rows, tok.pad_id, args.reps)
   tokens = sum(len(r["prompt_ids"]) + len(r["action_ids"]) - 1 for r in rows)
   flops = update_flops(cfg.model, rows, bool(cfg.algo.kl_coef))
+  m = micro_batches(cfg.optim, len(rows))
+  computed = update_flops(cfg.model, rows, bool(cfg.algo.kl_coef), prefix_len, m)
   peak = matmul_flops_per_s()
-  share = flops / ours_s / peak
+  share = computed / ours_s / peak
   print(f"update: {len(rows)} rows of keydoor_h4_smollm2 ({tokens} real input tokens, "
         f"{tokens / len(rows):.0f} a row), {micro_batches(cfg.optim, len(rows))} micro-batches, "
         f"LoRA rank {cfg.model.lora.rank}, KL reference {bool(cfg.algo.kl_coef)}; "
@@ -475,13 +486,15 @@ def update_part(args) -> str:
   shared = f" after a shared prefix of {prefix_len} tokens" if prefix_len else ""
   print(f"  ours: batch {shape}{shared} ({1 - real / slots:.1%} padding), first step "
         f"(compiles) {first_s:.1f} s, then {ours_s:.2f} s median of {args.reps}: "
-        f"{flops / ours_s / 1e9:.1f} GFLOP/s")
+        f"{flops / ours_s / 1e9:.1f} GFLOP/s of the rows' work, {computed / ours_s / 1e9:.1f} "
+        f"GFLOP/s of what it computes ({computed / 1e9:.1f} GFLOP)")
   print(f"  torch (transformers + peft): {torch_s:.2f} s median of {args.reps}: "
         f"{flops / torch_s / 1e9:.1f} GFLOP/s")
   print(f"  first loss: ours {ours_loss:.6f}, torch {torch_loss:.6f}")
   print(f"  step FLOPs {flops / 1e9:.1f} GFLOP; float32 2048^3 matmul {peak / 1e9:.1f} GFLOP/s")
   return (f"update ratio: {torch_s / ours_s:.2f}x (ours {tokens / ours_s:.1f} tok/s, torch "
-          f"{tokens / torch_s:.1f} tok/s), matmul share: {share:.2f}")
+          f"{tokens / torch_s:.1f} tok/s), matmul share: {share:.2f}"
+          + (f" ({flops / ours_s / peak:.2f} of the rows' work)" if prefix_len else ""))
 
 
 # ---------------------------------------------------------------------------------------
