@@ -52,14 +52,16 @@ side by side. Budgets are the CPU's:
   per evaluation.
 
 Measured cost, `python launch.py --exp keydoor_h4_smollm2_csa --set rl_iterations=1 --set
-sft.num_demos=8 --set sft.epochs=1 --set eval.num_episodes=4` on a fresh cache, on 2 cores
-shared with other runs (load average 16-19: 7.2 min of CPU in 24.3 min of wall time, peak
-memory 3.0 GB): the import 14-22 s; SFT's 2 batches 248 s (the first compiles); each of the
-four 4-episode evaluations 29-59 s (the first of each mode compiles the sampler); the RL
-iteration (160 environment steps) 764 s, of which sampling 190 s (5 generated tokens/s) and
-the update 571 s (its first call compiles), padding 6 % of the sampler's prompt slots and of
-the training tokens. The full keydoor budget is about 25 such iterations after an SFT of 32
-batches; on that machine a run takes hours, which the real-model speed work is to cut.
+sft.num_demos=8 --set sft.epochs=1 --set eval.num_episodes=4` with a fresh $CSA_JAX_CACHE
+(2026-12-06, 2 cores beside a sweep at nice 19): 213 s of wall time, 346 s of CPU, peak
+memory 2.9 GB; the import 5.1 s; SFT's 2 batches 26 s (the first compiles); the four
+4-episode evaluations 4-9 s each; the RL iteration (160 environment steps) 116 s, of which
+sampling 23 s (41 generated tokens/s) and the update 91 s (its first call compiles);
+padding 4% of the sampler's prompt slots, 1% of its generated slots, 8% of the training
+tokens. A steady iteration at the preset, quiet, takes 88 s (`python -m
+benchmarks.real_model --part iteration`), so the full keydoor budget is about an hour: 25
+iterations (37 min), an SFT of 32 batches (about 6 min) and four 200-episode evaluations at
+about 1.3 s an episode (17 min).
 """
 
 import dataclasses
