@@ -319,6 +319,41 @@ def test_a_remat_policy_steps_with_a_kl_reference_and_micro_batches():
   for a, b in zip(jax.tree.leaves(out["remat"][0]), jax.tree.leaves(out["plain"][0])):
     np.testing.assert_allclose(a, b, rtol=RTOL_GRAD, atol=ATOL_GRAD)
 
+def _assert_same_logprobs(graphdef, params, got, plain, scfg):
+  """Per-token sampling log-probs of a laid-out batch equal the unpacked rows' (where a
+  loss is taken)."""
+  mask = np.asarray(plain["loss_mask"])
+  np.testing.assert_allclose(
+      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, got),
+                                            got["targets"], scfg)) * mask,
+      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, plain),
+                                            plain["targets"], scfg)) * mask,
+      rtol=1e-5, atol=1e-6)
+
+def _assert_same_sft_step(graphdef, params, got, plain, micro=1):
+  """One SGD SFT step over a laid-out batch gives the unpacked rows' loss and parameters."""
+  tx = optax.sgd(0.1)
+  step = ts.make_sft_step(graphdef, tx, micro)
+  copy = lambda: jax.tree.map(jnp.copy, params)  # the step donates the state's buffers
+  a, ma = step(ts.init_state(copy(), tx), plain)
+  b, mb = step(ts.init_state(copy(), tx), got)
+  np.testing.assert_allclose(float(mb["nll"]), float(ma["nll"]), rtol=1e-5)
+  for x, y in zip(jax.tree.leaves(b.params), jax.tree.leaves(a.params)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)
+
+
+def _assert_same_loss_and_grads(loss_fn, params, got, plain, ref, micro):
+  """The loss, its metrics and its gradients over a laid-out batch equal the unpacked
+  rows', in `micro` micro-batches."""
+  (want, want_m), want_g = _jit_value_and_grad_micro(loss_fn, params, plain, ref, micro)
+  (got, got_m), got_g = _jit_value_and_grad_micro(loss_fn, params, got, ref, micro)
+  np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
+  for k in want_m:
+    np.testing.assert_allclose(float(got_m[k]), float(want_m[k]), rtol=1e-4, atol=1e-6)
+  assert jax.tree.leaves(want_g)
+  for g, w in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=RTOL_GRAD, atol=ATOL_GRAD)
+
 
 @pytest.mark.parametrize("agg, micro", [("token-mean", 1), ("seq-mean-token-mean", 1),
                                         ("seq-mean-token-sum-norm", 2)])
@@ -341,23 +376,11 @@ def test_packed_rows_give_the_unpacked_logprobs_loss_and_gradient(agg, micro):
   # Per-token log-probs (one pass: act_idx indexes the whole batch's sequences).
   whole = {k: jnp.asarray(v) for k, v in D.pack_rows(rows, seq_len=L, action_len=A).items()}
   assert whole["inputs"].shape[0] < len(rows)  # rows did share sequences
-  mask = np.asarray(plain["loss_mask"])
-  np.testing.assert_allclose(
-      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, whole),
-                                            whole["targets"], scfg)) * mask,
-      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, plain),
-                                            plain["targets"], scfg)) * mask,
-      rtol=1e-5, atol=1e-6)
+  _assert_same_logprobs(graphdef, params, whole, plain, scfg)
   packed = {k: jnp.asarray(v)
             for k, v in D.pack_rows(rows, seq_len=L, action_len=A, micro_batches=micro).items()}
   loss_fn = ts.make_rl_loss(graphdef, AlgoConfig(loss_agg=agg, kl_coef=0.05), scfg)
-  (want, want_m), want_g = _jit_value_and_grad_micro(loss_fn, params, plain, ref, micro)
-  (got, got_m), got_g = _jit_value_and_grad_micro(loss_fn, params, packed, ref, micro)
-  np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
-  for k in want_m:
-    np.testing.assert_allclose(float(got_m[k]), float(want_m[k]), rtol=1e-4, atol=1e-6)
-  for g, w in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=RTOL_GRAD, atol=ATOL_GRAD)
+  _assert_same_loss_and_grads(loss_fn, params, packed, plain, ref, micro)
 
 
 def test_sft_step_on_packed_rows_equals_the_unpacked_step():
@@ -365,14 +388,7 @@ def test_sft_step_on_packed_rows_equals_the_unpacked_step():
   rows, _ = _batch(np.random.default_rng(5), n=8)
   plain = {k: np.stack([D.row_arrays(r, 12, 4)[k] for r in rows]) for k in D.BATCH_KEYS}
   packed = D.pack_rows(rows, seq_len=12, action_len=4)
-  tx = optax.sgd(0.1)
-  step = ts.make_sft_step(graphdef, tx)
-  copy = lambda: jax.tree.map(jnp.copy, params)  # the step donates the state's buffers
-  a, ma = step(ts.init_state(copy(), tx), plain)
-  b, mb = step(ts.init_state(copy(), tx), packed)
-  np.testing.assert_allclose(float(mb["nll"]), float(ma["nll"]), rtol=1e-5)
-  for x, y in zip(jax.tree.leaves(b.params), jax.tree.leaves(a.params)):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)
+  _assert_same_sft_step(graphdef, params, packed, plain)
 
 
 def _prefixed_rows(rng, head, n=8):
@@ -409,30 +425,10 @@ def test_prefixed_rows_give_the_unprefixed_logprobs_loss_and_gradient(scan, rema
   pre = {k: jnp.asarray(v) for k, v in D.prefixed(plain, head).items()}
   plain = {k: jnp.asarray(v) for k, v in plain.items()}
   scfg = SamplingConfig(max_new_tokens=A, temperature=0.8)
-  mask = np.asarray(plain["loss_mask"])
-  np.testing.assert_allclose(
-      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, pre),
-                                            pre["targets"], scfg)) * mask,
-      np.asarray(sampling.sampling_logprobs(_jit_logits(graphdef, params, plain),
-                                            plain["targets"], scfg)) * mask,
-      rtol=1e-5, atol=1e-6)
+  _assert_same_logprobs(graphdef, params, pre, plain, scfg)
   adapters, frozen = lora.split(params)
   rl_loss = ts.make_rl_loss(graphdef, AlgoConfig(loss_agg="seq-mean-token-mean", kl_coef=0.05),
                             scfg)
   loss_fn = lambda a, batch, r: rl_loss(lora.merge(a, frozen), batch, r)
-  (want, want_m), want_g = _jit_value_and_grad_micro(loss_fn, adapters, plain, ref, micro)
-  (got, got_m), got_g = _jit_value_and_grad_micro(loss_fn, adapters, pre, ref, micro)
-  np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
-  for k in want_m:
-    np.testing.assert_allclose(float(got_m[k]), float(want_m[k]), rtol=1e-4, atol=1e-6)
-  assert jax.tree.leaves(want_g)
-  for g, w in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=RTOL_GRAD, atol=ATOL_GRAD)
-  tx = optax.sgd(0.1)
-  step = ts.make_sft_step(graphdef, tx, micro)
-  copy = lambda: jax.tree.map(jnp.copy, params)  # the step donates the state's buffers
-  a, ma = step(ts.init_state(copy(), tx), plain)
-  b, mb = step(ts.init_state(copy(), tx), pre)
-  np.testing.assert_allclose(float(mb["nll"]), float(ma["nll"]), rtol=1e-5)
-  for x, y in zip(jax.tree.leaves(b.params), jax.tree.leaves(a.params)):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)
+  _assert_same_loss_and_grads(loss_fn, adapters, pre, plain, ref, micro)
+  _assert_same_sft_step(graphdef, params, pre, plain, micro)
