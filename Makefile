@@ -23,14 +23,16 @@ COMPILE_VENV := $(BIN)/python -m compileall -q -j 0 \
 # the versions this venv tests, so they pin the venv's transitive dependencies too: a new
 # release of one (wcwidth, under prompt-toolkit) would otherwise make the two differ.
 GPU_PINS := $(VENV)/gpu-wheel-pins.txt
-$(VENV)/.req-stamp: requirements.txt requirements-nodeps.txt benchmarks/gpu_wheels.txt | $(BIN)/python
-	sed -E 's/^(replace|build) //' benchmarks/gpu_wheels.txt > $(GPU_PINS)
+$(GPU_PINS): benchmarks/gpu_wheels.txt | $(BIN)/python
+	sed -E 's/^(replace|build) //' $< > $@
+
+$(VENV)/.req-stamp: requirements.txt requirements-nodeps.txt $(GPU_PINS) | $(BIN)/python
 	$(PIP_INSTALL) -r requirements.txt -c $(GPU_PINS)
 	$(PIP_INSTALL) --no-deps -r requirements-nodeps.txt
 	$(COMPILE_VENV)
 	touch $@
 
-$(VENV)/.test-stamp: requirements-test.txt $(VENV)/.req-stamp
+$(VENV)/.test-stamp: requirements-test.txt $(VENV)/.req-stamp $(GPU_PINS)
 	$(PIP_INSTALL) -r requirements-test.txt -c $(GPU_PINS)
 	$(COMPILE_VENV)
 	touch $@
