@@ -4,14 +4,17 @@ the files a run writes, and resuming after a stop."""
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 
 import experiments
+from csa_jax import perf
 from csa_jax.config import apply_overrides
 from csa_jax.rollout import metrics as M
 from csa_jax.rollout.evaluation import summary_table
 from csa_jax.run import loggers
+from csa_jax.run.checkpoint import Checkpointer
 from csa_jax.run.trainer import Trainer
 from tests import tiny_runs
 
@@ -236,22 +239,26 @@ def test_intermediate_evaluations_and_the_oracle_probability_reach_the_run_files
   assert start(other) == start(work)
 
 
-def test_a_shared_prefix_run_lays_out_prefixed_minibatches_and_trains_as_without(tmp_path):
-  """optim.share_prefix on the keydoor quickstart cut to seconds: micro-batches of 2 rows,
-  too long for two to share a sequence, are laid out unpacked, so both phases split off
-  the prompt tokens every row starts with; SFT and RL run end to end, and SFT's losses are
-  those of the same run without sharing up to float rounding."""
+def _shared_prefix_cfg(tmp_path, share, iterations):
+  """The keydoor quickstart cut to seconds, with micro-batches of 2 rows: too long for two
+  to share a sequence, so they are laid out unpacked and (share on) both phases split off
+  the prompt tokens every row starts with."""
   sets = [f"sft.demos_dir={tmp_path / 'demos'}", "sft.num_demos=8", "sft.epochs=1",
           "sft.batch_size=16", "rollout.tasks_per_iter=2", "rollout.group_size=3",
           "rollout.num_envs=6", "algo.minibatch_size=16", "optim.micro_batch_size=2",
           "eval.num_episodes=3", "eval.sampled=false", "rl_env_steps=0",
-          "checkpoint_every=1", "env.kwargs.horizon=2", "rollout.max_turns=3"]
-  base = experiments.get_experiment("quickstart")
+          "checkpoint_every=1", "env.kwargs.horizon=2", "rollout.max_turns=3",
+          f"optim.share_prefix={share}", f"rl_iterations={iterations}"]
+  return apply_overrides(experiments.get_experiment("quickstart"), sets)
+
+
+def test_a_shared_prefix_run_lays_out_prefixed_minibatches_and_trains_as_without(tmp_path):
+  """optim.share_prefix on: SFT and RL run end to end on prefixed minibatches, and SFT's
+  losses are those of the same run without sharing up to float rounding."""
   runs = {}
   for share, iterations in ((True, 2), (False, 0)):
     work = str(tmp_path / f"share_{share}")
-    trainer = Trainer(apply_overrides(base, sets + [f"optim.share_prefix={share}",
-                                                    f"rl_iterations={iterations}"]), work)
+    trainer = Trainer(_shared_prefix_cfg(tmp_path, share, iterations), work)
     trainer.run()
     runs[share] = trainer, M.read_jsonl(os.path.join(work, "metrics.jsonl"))
   trainer, recs = runs[True]
@@ -264,3 +271,35 @@ def test_a_shared_prefix_run_lays_out_prefixed_minibatches_and_trains_as_without
   nll = lambda recs: [r["sft/nll"] for r in recs if "sft/nll" in r]
   assert runs[False][0].prefix_lens == {}
   np.testing.assert_allclose(nll(recs), nll(runs[False][1]), rtol=1e-5)
+
+
+def test_a_shared_prefix_run_resumed_ends_bitwise_where_the_whole_run_ends(tmp_path):
+  """A shared-prefix run stopped after RL iteration 1 and resumed to 2 equals the run of 2
+  iterations bit for bit (parameters, optimizer state, every metric but wall-clock
+  times): the resumed run restores the prefix lengths its update compiled for."""
+  whole, parts = str(tmp_path / "whole"), str(tmp_path / "parts")
+  Trainer(_shared_prefix_cfg(tmp_path, True, 2), whole).run()
+  Trainer(_shared_prefix_cfg(tmp_path, True, 1), parts).run()
+  resumed = Trainer(_shared_prefix_cfg(tmp_path, True, 2), parts, resume=True)
+  resumed.run()
+  assert resumed.prefix_lens["rl"]  # restored, then used: the update ran on prefixed rows
+  states = []
+  for work in (whole, parts):
+    ckpt = Checkpointer(os.path.join(work, "checkpoints"))
+    tree, meta = ckpt.read()
+    ckpt.close()
+    assert meta["phase"] == "done" and meta["iteration"] == 2
+    states.append((tree, meta["prefix_lens"]))
+  assert states[0][1] == states[1][1]
+  leaves = [jax.tree.leaves(tree) for tree, _ in states]
+  assert len(leaves[0]) == len(leaves[1]) > 0
+  for a, b in zip(*leaves):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  logged = lambda work: [{k: v for k, v in r.items() if not perf.is_wall_clock(k)}
+                         for r in M.read_jsonl(os.path.join(work, "metrics.jsonl"))]
+  got = logged(parts)
+  # The shorter run's final evaluation (its own line at iteration 1) stays in its log.
+  shorter_eval = [r for r in got if r["step"] == 1 and "rollout/success" not in r]
+  assert len(shorter_eval) == 1
+  got.remove(shorter_eval[0])
+  assert got == logged(whole)
