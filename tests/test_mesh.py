@@ -175,6 +175,24 @@ def _worker():
                                 np.asarray(ref_dup.tokens_BxN))
   np.testing.assert_allclose(np.asarray(out_dup.logprobs_BxN),
                              np.asarray(ref_dup.logprobs_BxN), atol=1e-5)
+  # A prefixed batch (optim.share_prefix): rows sharded over 'data', the shared prompt
+  # tokens run once from the first row's copy of them; against the whole rows' forward on
+  # one device.
+  from csa_jax.update import data as data_lib
+  from csa_jax.update.train_step import action_logits
+  shared = tokens.copy()
+  shared[:, :5] = tokens[0, :5]
+  act_pos = np.tile(np.arange(8, 14), (8, 1)).astype(np.int32)
+  rows = {"inputs": shared, "attn_mask": np.ones_like(mask), "act_pos": act_pos,
+          "loss_mask": np.ones(act_pos.shape, np.float32)}
+  rows["attn_mask"][3, 14:] = 0
+  whole = np.asarray(jax.jit(action_logits, static_argnums=0)(graphdef, params1, rows))
+  pre = data_lib.prefixed(rows, shared[0, :5].tolist())
+  pre_m = {k: jax.device_put(v, bs) for k, v in pre.items()}
+  logits_pre = jax.jit(action_logits, static_argnums=0, in_shardings=(p_sh, bs),
+                       out_shardings=bs)(graphdef, params_m, pre_m)
+  assert logits_pre.sharding.spec == P("data")
+  np.testing.assert_allclose(np.asarray(logits_pre), whole, atol=1e-5, rtol=1e-5)
   # Train last: donation may free buffers that device_put shared with
   # `params` (single-device shards alias the source array).
   opt0 = tx.init(params)
