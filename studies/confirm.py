@@ -19,12 +19,13 @@ which shows the same tables but the last):
   right-key probability (`eval_oracle/prob`, where runs computed it), the sample-efficiency
   summary (the area under the held-out sampled curve over the tasks every evaluation
   shares, divided by the interactions it spans: the run's average held-out success) and
-  the interactions to reach its SFT start + 10 points, the train-step means of the decisive
+  the interactions to reach its SFT start + 10 points, the training rollouts' decisive-step
+  AUC (the mean over iterations of `credit/decisive_auc`), the train-step means of the decisive
   and routine rows (`rows/`, where logged), and the same paired against GRPO;
 - every run's code commit and whether its tree was unclean.
 
 Metrics a comparison can name: `sampled_success`, `greedy_success` (final evaluation),
-`right_prob`, `curve_mean`.
+`right_prob`, `curve_mean`, `decisive_auc`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from studies.runs import SAMPLED, SFT, Run, final_rate, load_runs, order_methods, run_commit
+from studies.runs import (SAMPLED, SFT, Run, final_rate, load_runs, order_methods,
+                          over_iterations, run_commit)
 from studies.stats import DIFF, NAN, RATE, mean_ci, paired_deltas, t_cdf
 
 TESTS_FILE = "tests.json"
@@ -124,7 +126,8 @@ def run_values(run: Run, sft: Run | None) -> dict[str, float]:
          "greedy_success": final_rate(run, "eval")[0],
          "right_prob": run.final.get("eval_oracle/prob", NAN),
          "curve_mean": curve_mean(pts),
-         "to_sft_plus_10": to_reach(pts, start + GAIN) if pts else NAN}
+         "to_sft_plus_10": to_reach(pts, start + GAIN) if pts else NAN,
+         "decisive_auc": over_iterations(run, "credit/decisive_auc")}
   for k in ROW_KEYS:
     vals = [m[f"rows/{k}"] for m in its if f"rows/{k}" in m]
     out[k] = float(np.mean(vals)) if vals else NAN
@@ -134,7 +137,8 @@ def run_values(run: Run, sft: Run | None) -> dict[str, float]:
 # ----------------------------------------------------------------------------- the page
 
 
-RATES = ("sampled_success", "greedy_success", "right_prob", "curve_mean")  # in [0, 1]
+# In [0, 1]
+RATES = ("sampled_success", "greedy_success", "right_prob", "curve_mean", "decisive_auc")
 POSITIVE = (0.0, math.inf)  # interactions, norms, entropies, |advantage|
 
 
@@ -180,7 +184,9 @@ INTRO = ("Paired by seed (each pair shares its SFT start). Headline: mean differ
 EXPLORATORY = ("curve_mean: the area under the held-out sampled curve (the tasks every "
                "evaluation ran, the SFT start at 0) over the interactions it spans; "
                "to_sft_plus_10: interactions until the curve first reaches its start + 10 "
-               "points (inf: never; its interval is over the seeds that reached it); rows: "
+               "points (inf: never; its interval is over the seeds that reached it); "
+               "decisive_auc: the training rollouts' decisive-step AUC (the credit "
+               "criterion), the mean over iterations; rows: "
                "the train-step means over iterations of the decisive and routine rows. "
                "Intervals are cut to the values a quantity can take.")
 
@@ -214,7 +220,8 @@ def _reached_cell(values: list[float]) -> str:
 def exploratory_lines(by: dict, values: dict, heading: str = "##") -> list[str]:
   """Per (horizon, method) the exploratory summaries with seed-level intervals, and each
   method's paired difference to GRPO."""
-  metrics = ("sampled_success", "right_prob", "curve_mean", "to_sft_plus_10", *ROW_KEYS)
+  metrics = ("sampled_success", "right_prob", "curve_mean", "to_sft_plus_10", "decisive_auc",
+             *ROW_KEYS)
   lines = [f"{heading} Exploratory: per method, and paired against GRPO", "", EXPLORATORY, ""]
   rows = []
   for h in sorted({k[0] for k in by}, key=lambda v: (v is not None, v or 0)):

@@ -332,7 +332,7 @@ def iteration_stats(run: Run) -> tuple[float, float]:
   return total / len(its), share
 
 
-def _over_iterations(run: Run, key: str) -> float:
+def over_iterations(run: Run, key: str) -> float:
   """Mean of a per-iteration metric over the RL iterations where it is finite."""
   return finite_mean(m[key] for s, m in run.steps.items() if s > 0 and key in m)
 
@@ -347,9 +347,9 @@ def run_scalars(run: Run) -> dict[str, float]:
       "greedy_success": final_rate(run, GREEDY)[0],
       "sampled_episode_len": f.get("eval_sampled/episode_len", NAN),
       "sampled_invalid_action_frac": f.get("eval_sampled/invalid_action_frac", NAN),
-      "credit_spearman": _over_iterations(run, "credit/spearman"),
-      "decisive_auc": _over_iterations(run, "credit/decisive_auc"),
-      "rollout_episode_len": _over_iterations(run, "rollout/episode_len"),
+      "credit_spearman": over_iterations(run, "credit/spearman"),
+      "decisive_auc": over_iterations(run, "credit/decisive_auc"),
+      "rollout_episode_len": over_iterations(run, "rollout/episode_len"),
       "wall_s_per_iter": wall,
       "adv_share": adv_share,
       "iteration_s": iteration,
