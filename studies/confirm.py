@@ -19,13 +19,14 @@ which shows the same tables but the last):
   right-key probability (`eval_oracle/prob`, where runs computed it), the sample-efficiency
   summary (the area under the held-out sampled curve over the tasks every evaluation
   shares, divided by the interactions it spans: the run's average held-out success) and
-  the interactions to reach its SFT start + 10 points, the training rollouts' decisive-step
-  AUC (the mean over iterations of `credit/decisive_auc`), the train-step means of the decisive
-  and routine rows (`rows/`, where logged), and the same paired against GRPO;
+  the interactions to reach its SFT start + 10 points, the credit criterion (the means over
+  iterations of the training rollouts' `credit/decisive_auc` and `credit/spearman`), the
+  train-step means of the decisive and routine rows (`rows/`, where logged), and the same
+  paired against GRPO;
 - every run's code commit and whether its tree was unclean.
 
 Metrics a comparison can name: `sampled_success`, `greedy_success` (final evaluation),
-`right_prob`, `curve_mean`, `decisive_auc`.
+`right_prob`, `curve_mean`, `decisive_auc`, `credit_spearman`.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def run_values(run: Run, sft: Run | None) -> dict[str, float]:
          "right_prob": run.final.get("eval_oracle/prob", NAN),
          "curve_mean": curve_mean(pts),
          "to_sft_plus_10": to_reach(pts, start + GAIN) if pts else NAN,
-         "decisive_auc": over_iterations(run, "credit/decisive_auc")}
+         "decisive_auc": over_iterations(run, "credit/decisive_auc"),
+         "credit_spearman": over_iterations(run, "credit/spearman")}
   for k in ROW_KEYS:
     vals = [m[f"rows/{k}"] for m in its if f"rows/{k}" in m]
     out[k] = float(np.mean(vals)) if vals else NAN
@@ -146,6 +148,8 @@ def _bounds(metric: str, difference: bool) -> tuple[float, float] | None:
   """Where the metric (or a difference of it) can lie, to cut its interval to."""
   if metric in RATES:
     return DIFF if difference else RATE
+  if metric == "credit_spearman":
+    return None if difference else (-1.0, 1.0)
   return None if difference else POSITIVE
 
 
@@ -185,8 +189,9 @@ EXPLORATORY = ("curve_mean: the area under the held-out sampled curve (the tasks
                "evaluation ran, the SFT start at 0) over the interactions it spans; "
                "to_sft_plus_10: interactions until the curve first reaches its start + 10 "
                "points (inf: never; its interval is over the seeds that reached it); "
-               "decisive_auc: the training rollouts' decisive-step AUC (the credit "
-               "criterion), the mean over iterations; rows: "
+               "decisive_auc, credit_spearman: the training rollouts' decisive-step AUC and "
+               "the rank correlation of step advantages with the oracle labels (the credit "
+               "criterion), means over iterations; rows: "
                "the train-step means over iterations of the decisive and routine rows. "
                "Intervals are cut to the values a quantity can take.")
 
@@ -221,7 +226,7 @@ def exploratory_lines(by: dict, values: dict, heading: str = "##") -> list[str]:
   """Per (horizon, method) the exploratory summaries with seed-level intervals, and each
   method's paired difference to GRPO."""
   metrics = ("sampled_success", "right_prob", "curve_mean", "to_sft_plus_10", "decisive_auc",
-             *ROW_KEYS)
+             "credit_spearman", *ROW_KEYS)
   lines = [f"{heading} Exploratory: per method, and paired against GRPO", "", EXPLORATORY, ""]
   rows = []
   for h in sorted({k[0] for k in by}, key=lambda v: (v is not None, v or 0)):

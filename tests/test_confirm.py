@@ -40,7 +40,7 @@ def test_curve_mean_and_interactions_to_a_target():
 
 def _run(method, seed, successes, steps_per_eval=100, oracle=None, auc=(0.5, 0.5)):
   """An RL run evaluated at steps 0, 8, 16 on tasks 0-3 (sampled), final at 16; `auc`: the
-  decisive-step AUC logged at iterations 8 and 16."""
+  decisive-step AUC logged at iterations 8 and 16 (and the Spearman, 0.5 below it)."""
   episodes, steps = {}, {}
   for i, (step, wins) in enumerate(zip((0, 8, 16), successes)):
     episodes[("eval_sampled", step)] = {("test", k): Episode(int(k < wins), 5, 0.0)
@@ -48,7 +48,7 @@ def _run(method, seed, successes, steps_per_eval=100, oracle=None, auc=(0.5, 0.5
     steps[step] = {"perf/env_steps_total": float(i * steps_per_eval),
                    "eval_sampled/success": wins / 4}
   for step, a in zip((8, 16), auc):
-    steps[step]["credit/decisive_auc"] = a
+    steps[step] |= {"credit/decisive_auc": a, "credit/spearman": a - 0.5}
   steps[16] |= {"eval_oracle/prob": oracle if oracle is not None else successes[-1] / 4,
                 "eval/success": 0.5}
   episodes[("eval", 16)] = {("test", k): Episode(int(k < 2), 5, 0.0) for k in range(4)}
@@ -69,9 +69,10 @@ def test_page_pairs_by_seed_and_flags_unclean_trees():
   assert "| 4 | 3 | +0.333 [" in row and "| 3:0 |" in row
   assert "| fam/csa_seed1 | abc123def456 | UNCLEAN |" in page
   assert "| fam/grpo_seed0 | abc123def456 | clean |" in page
-  # The credit criterion: the decisive AUC averaged over iterations, paired with GRPO's
-  # (CSA 0.6, 0.65, 0.7 against 0.75: differences -0.15, -0.10, -0.05).
+  # The credit criterion: the decisive AUC (and Spearman) averaged over iterations, paired
+  # with GRPO's (CSA 0.6, 0.65, 0.7 against 0.75: differences -0.15, -0.10, -0.05).
   table = [line for line in page.splitlines() if line.startswith("| horizon | method")][-1]
-  col = table.split(" | ").index("decisive_auc")
   csa = next(line for line in page.splitlines() if line.startswith("| 4 | csa | 3 |"))
-  assert csa.split(" | ")[col].startswith("0.650 [") and "vs GRPO -0.100 [" in csa.split(" | ")[col]
+  for name, mean in (("decisive_auc", "0.650 ["), ("credit_spearman", "0.150 [")):
+    cell = csa.split(" | ")[table.split(" | ").index(name)]
+    assert cell.startswith(mean) and "vs GRPO -0.100 [" in cell, (name, cell)
