@@ -5,9 +5,9 @@
 #   2. the gate, the notes' inclusion rule (sft_band.py --select): a seed with a start
 #      outside the band is excluded and the next seed takes its place, until 8 seeds have
 #      all three starts in the band (no RL run before);
-#   3. the matched arm: grpo, csa, csa_state at H = 4, 16, 48, seed by seed;
-#   4. the mechanism arms at H = 4 on the same starts (csa_t0 and csa_routine once their
-#      estimators exist: the sweep refuses unknown experiments, so this step then says so).
+#   3. every H = 4 run (the matched arm's grpo, csa, csa_state and the mechanism arms on the
+#      same starts), seed by seed;
+#   4. the matched arm at H = 16, then at H = 48, seed by seed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
@@ -36,10 +36,14 @@ echo "the seeds of the study: $SEEDS"
 # The predictions must be committed before the first RL run.
 git log -1 --format=%H -- reports/horizon_matched/notes.md | grep -q . \
     || { echo "reports/horizon_matched/notes.md (the predictions) is not committed" >&2; exit 1; }
-$PY -m studies.sweep --family "$FAMILIES" --methods grpo,csa,csa_state --seed-list "$SEEDS" \
-    --name horizon_matched --jobs "$JOBS" --commit || exit 1
+# One horizon at a time, H = 4 first (its matched and mechanism runs), then 16, then 48: a
+# fresh machine has none of the SFT checkpoints, and one horizon's starts rebuilt at a time
+# (H = 48's cost 33 CPU-minutes each) are used by all of that horizon's runs before the
+# session can end. The runs are the same in any order (each depends on its seed and start).
 $PY -m studies.sweep --family keydoor_matched_h4 --by-family \
-    --methods grpo_lr2x,grpo_decisive --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" \
-    --commit || exit 1
-$PY -m studies.sweep --family keydoor_matched_h4 --by-family \
-    --methods csa_t0,csa_routine --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" --commit
+    --methods grpo,csa,csa_state,grpo_lr2x,grpo_decisive,csa_t0,csa_routine \
+    --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" --commit || exit 1
+for h in 16 48; do
+  $PY -m studies.sweep --family keydoor_matched_h$h --by-family --methods grpo,csa,csa_state \
+      --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" --commit || exit 1
+done
