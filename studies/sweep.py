@@ -24,6 +24,13 @@ is gone (a fresh machine) has it rebuilt first, from demonstrations built on tha
 differs from the one its earlier runs used: `reports/NAME/runs/sft_seedS/metrics.jsonl`
 tells which SFT evaluation each seed's deltas are taken against).
 
+Kept starts (`--keep-starts`): a finished SFT start's weights and tokenizer (`sft/`,
+`tokenizer.json`: what an RL run reads through `sft.init_from`) are also copied to
+`reports/NAME/starts/RUN/` (and committed with its files), and a machine without the start's
+work directory restores it from there instead of training it again: a study that spans
+several sessions, each on a fresh machine, trains each start once. The copy is byte for
+byte, so an RL run from a restored start is the run it would have been.
+
 Cost: each attempt's wall and CPU seconds (the run's process and its children) are appended
 to `runs/sweeps/NAME/costs.jsonl`.
 
@@ -56,6 +63,9 @@ RESULT_FILES = ("metrics.jsonl", "config.json", os.path.join("eval", "episodes.j
 OPTIONAL_RESULT_FILES = (os.path.join("eval", "episodes.jsonl"),
                          os.path.join("eval", "oracle_probs.jsonl"))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What an RL run reads from its SFT start (`sft.init_from`), kept under reports/NAME/STARTS.
+START_FILES = (workdir_lib.SFT, "tokenizer.json")
+STARTS = "starts"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +131,18 @@ class Sweep:
 
   def _sft_ready(self, sft: str) -> bool:
     """The SFT run has saved its parameters (workdir/sft holds a finished step; the
-    directory itself exists from the run's first second)."""
-    return workdir_lib.has_sft_checkpoint(os.path.join(self.work_root, sft))
+    directory itself exists from the run's first second), here or as a kept start of a
+    finished run, which is then restored here."""
+    work = os.path.join(self.work_root, sft)
+    kept = self._kept(sft)
+    if (not workdir_lib.has_sft_checkpoint(work) and workdir_lib.has_sft_checkpoint(kept)
+        and os.path.exists(os.path.join(self.report_root, sft, "DONE"))):
+      copy_start(kept, work)
+      print(f"  {sft}: its kept start restored from {kept}", flush=True)
+    return workdir_lib.has_sft_checkpoint(work)
+
+  def _kept(self, sft: str) -> str:
+    return os.path.join(self.args.reports_dir, self.args.name, STARTS, sft)
 
   def command(self, run: Run) -> list[str]:
     workdir = os.path.join(self.work_root, run.name)
@@ -189,8 +209,12 @@ class Sweep:
       os.makedirs(os.path.dirname(os.path.join(dst, f)), exist_ok=True)
       shutil.copy(os.path.join(src, f), os.path.join(dst, f))
     open(os.path.join(dst, "DONE"), "w").close()
+    paths = [dst]
+    if self.args.keep_starts and run.needs is None and not run.prompted:
+      copy_start(src, self._kept(run.name))
+      paths.append(self._kept(run.name))
     if self.args.commit:
-      commit_paths([dst], f"sweep {self.args.name}: {run.name}")
+      commit_paths(paths, f"sweep {self.args.name}: {run.name}")
 
   def run(self) -> int:
     todo = [r for r in self.runs if not self.done(r)]
@@ -269,6 +293,15 @@ class Sweep:
     return path
 
 
+def copy_start(src: str, dst: str) -> None:
+  """An SFT start's START_FILES from one run directory to another, which they replace."""
+  shutil.rmtree(dst, ignore_errors=True)
+  os.makedirs(dst)
+  for f in START_FILES:
+    copy = shutil.copytree if os.path.isdir(os.path.join(src, f)) else shutil.copy
+    copy(os.path.join(src, f), os.path.join(dst, f))
+
+
 # The jobs' threads commit one at a time: two runs ending together raced for git's index
 # lock, and the loser's files stayed uncommitted.
 _GIT_LOCK = threading.Lock()
@@ -305,6 +338,9 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--prompted", action="store_true",
                  help="also evaluate the untrained pretrained model per seed (prompted_seedS)")
   p.add_argument("--commit", action="store_true", help="git-commit each finished run's files")
+  p.add_argument("--keep-starts", action="store_true",
+                 help="also keep each SFT start's weights under reports/NAME/starts/ "
+                      "(restored from there on a machine that lacks them)")
   p.add_argument("--runs-dir", default=os.path.join(ROOT, "runs"))
   p.add_argument("--reports-dir", default=os.path.join(ROOT, "reports"))
   args = p.parse_args(argv)

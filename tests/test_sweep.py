@@ -2,6 +2,7 @@
 and a tiny real sweep end to end: runs, published result files, skip on re-run, report."""
 
 import csv
+import json
 import os
 import subprocess
 
@@ -104,6 +105,30 @@ def test_tiny_sweep_end_to_end(tmp_path):
   assert rows["grpo"]["seeds"] == "1" and float(rows["grpo"]["delta_vs_grpo_mean"]) == 0.0
 
 
+@pytest.mark.slow  # three launches: about 2 minutes on 2 idle cores
+def test_an_rl_run_from_a_kept_start_is_the_run_from_the_trained_one(tmp_path):
+  argv = ["--family", "twx_coin", "--methods", "grpo", "--seeds", "1", "--name", "t",
+          "--runs-dir", str(tmp_path / "runs"), "--reports-dir", str(tmp_path / "reports"),
+          "--set", f"sft.demos_dir={tmp_path / 'demos'}", "--keep-starts"]
+  for o in TINY:
+    argv += ["--set", o]
+  assert sweep.main(argv) == 0
+  out = tmp_path / "reports" / "t" / "runs"
+  first = (out / "grpo_seed0" / "metrics.jsonl").read_text()
+  # A fresh machine (no runs/) with the RL run still to do: its start is restored, not
+  # trained again, and the RL run writes the same numbers.
+  import shutil
+  shutil.rmtree(tmp_path / "runs")
+  shutil.rmtree(out / "grpo_seed0")
+  assert sweep.main(argv) == 0
+  assert not (tmp_path / "runs" / "sweeps" / "t" / "sft_seed0.log").exists()
+
+  def numbers(text):
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("perf/")}
+            for line in text.splitlines()]
+  assert numbers((out / "grpo_seed0" / "metrics.jsonl").read_text()) == numbers(first)
+
+
 def test_a_set_rl_iterations_reaches_the_rl_runs_but_not_the_sft_start(tmp_path):
   """Catches the bug that turned a study's SFT starts into 40-iteration RL runs: `--set
   rl_iterations=40` came after the SFT start's rl_iterations=0 and won."""
@@ -186,3 +211,46 @@ def test_commit_commits_commands_before_any_run(tmp_path, monkeypatch):
   assert sweep.Sweep(args).run() == 0
   assert committed == [([str(tmp_path / "reports" / "st" / "commands.txt")],
                         "sweep st: commands.txt")]
+
+
+def _fake_start(workdir) -> dict[str, bytes]:
+  """A finished SFT start's work directory as an RL run reads it: a saved step under sft/
+  and the tokenizer; returns its files' bytes by relative path."""
+  (workdir / "sft" / "0" / "default").mkdir(parents=True)
+  (workdir / "sft" / "0" / "default" / "params").write_bytes(os.urandom(64))
+  (workdir / "tokenizer.json").write_text('{"vocab": 512}')
+  (workdir / "metrics.jsonl").write_text("{}\n")
+  (workdir / "config.json").write_text("{}")
+  return {str(p.relative_to(workdir)): p.read_bytes()
+          for p in workdir.rglob("*") if p.is_file() and p.name in ("params", "tokenizer.json")}
+
+
+def test_a_kept_start_is_restored_byte_for_byte_on_a_machine_without_it(tmp_path):
+  args = sweep.parse_args(["--family", "keydoor_h4", "--methods", "grpo", "--seeds", "1",
+                           "--name", "st", "--runs-dir", str(tmp_path / "runs"),
+                           "--reports-dir", str(tmp_path / "reports"), "--keep-starts"])
+  s = sweep.Sweep(args)
+  work = tmp_path / "runs" / "sweeps" / "st" / "sft_seed0"
+  files = _fake_start(work)
+  s._publish(s.runs[0])
+  kept = tmp_path / "reports" / "st" / "starts" / "sft_seed0"
+  assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == sorted(files)
+  import shutil
+  shutil.rmtree(tmp_path / "runs")  # a fresh machine: the committed reports alone
+  assert sweep.Sweep(args)._sft_ready("sft_seed0")
+  assert {f: (work / f).read_bytes() for f in files} == files
+
+
+def test_a_start_is_kept_only_when_asked_and_restored_only_when_its_run_finished(tmp_path):
+  argv = ["--family", "keydoor_h4", "--methods", "grpo", "--seeds", "1", "--name", "st",
+          "--runs-dir", str(tmp_path / "runs"), "--reports-dir", str(tmp_path / "reports")]
+  s = sweep.Sweep(sweep.parse_args(argv))
+  _fake_start(tmp_path / "runs" / "sweeps" / "st" / "sft_seed0")
+  s._publish(s.runs[0])
+  assert not (tmp_path / "reports" / "st" / "starts").exists()
+  kept = tmp_path / "reports" / "st" / "starts" / "sft_seed0"
+  _fake_start(kept)  # a kept copy whose run is not DONE (its files not published)
+  os.remove(tmp_path / "reports" / "st" / "runs" / "sft_seed0" / "DONE")
+  import shutil
+  shutil.rmtree(tmp_path / "runs")
+  assert not sweep.Sweep(sweep.parse_args(argv + ["--keep-starts"]))._sft_ready("sft_seed0")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The matched-updates study's sweep, resumable: run it again to continue (finished runs
-# are skipped, killed ones resume from their checkpoints; each finished run is committed).
+# are skipped, killed ones resume from their checkpoints; each finished run is committed,
+# and each SFT start's weights too, under starts/, so a fresh machine restores them).
 #   1. the SFT starts (no RL run), the H = 48 ones first;
 #   2. the gate, the notes' inclusion rule (sft_band.py --select): a seed with a start
 #      outside the band is excluded and the next seed takes its place, until 8 seeds have
@@ -29,21 +30,19 @@ for horizons in 48 4,16,48; do
     [ $rc -eq 3 ] || exit 1
     fams=$(echo "$horizons" | sed -E 's/([0-9]+)/keydoor_matched_h\1/g')
     $PY -m studies.sweep --family "$fams" --by-family --methods "" --seed-list "$SEEDS" \
-        --name horizon_matched --jobs "$JOBS" --commit || exit 1
+        --name horizon_matched --jobs "$JOBS" --commit --keep-starts || exit 1
   done
 done
 echo "the seeds of the study: $SEEDS"
 # The predictions must be committed before the first RL run.
 git log -1 --format=%H -- reports/horizon_matched/notes.md | grep -q . \
     || { echo "reports/horizon_matched/notes.md (the predictions) is not committed" >&2; exit 1; }
-# One horizon at a time, H = 4 first (its matched and mechanism runs), then 16, then 48: a
-# fresh machine has none of the SFT checkpoints, and one horizon's starts rebuilt at a time
-# (H = 48's cost 33 CPU-minutes each) are used by all of that horizon's runs before the
-# session can end. The runs are the same in any order (each depends on its seed and start).
+# One horizon at a time, H = 4 first (its matched and mechanism runs), then 16, then 48. The
+# runs are the same in any order (each depends on its seed and its start alone).
 $PY -m studies.sweep --family keydoor_matched_h4 --by-family \
     --methods grpo,csa,csa_state,grpo_lr2x,grpo_decisive,csa_t0,csa_routine \
-    --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" --commit || exit 1
+    --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" --commit --keep-starts || exit 1
 for h in 16 48; do
   $PY -m studies.sweep --family keydoor_matched_h$h --by-family --methods grpo,csa,csa_state \
-      --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" --commit || exit 1
+      --seed-list "$SEEDS" --name horizon_matched --jobs "$JOBS" --commit --keep-starts || exit 1
 done
