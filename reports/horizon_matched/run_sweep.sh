@@ -15,9 +15,11 @@ PY=${PY:-.venv/bin/python}
 JOBS=${JOBS:-2}
 FAMILIES=keydoor_matched_h4,keydoor_matched_h16,keydoor_matched_h48
 BAND=reports/horizon_matched/sft_band.py
-# The inclusion rule moves an excluded seed's starts to sft_excluded/: committed at once.
+# The inclusion rule moves an excluded seed's starts to sft_excluded/ (and drops its kept
+# weights): committed at once.
 commit_band() {
-  git add -A reports/horizon_matched/runs reports/horizon_matched/sft_excluded
+  git add -A reports/horizon_matched/runs reports/horizon_matched/sft_excluded \
+      reports/horizon_matched/starts
   git diff --cached --quiet || git commit -q -m "sweep horizon_matched: the inclusion rule excludes $1"
 }
 # Steps 1-2 until the rule holds: starts of the first 8 seeds not excluded, H = 48 first

@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HORIZONS = (4, 16, 48)
 RUNS = os.path.join(HERE, "runs")
 EXCLUDED = os.path.join(HERE, "sft_excluded")
+STARTS = os.path.join(HERE, "starts")
 MORE_TO_RUN = 3
 
 
@@ -73,8 +74,10 @@ def check(a) -> int:
 
 
 def exclude(seed: int) -> None:
-  """Moves every start of an excluded seed out of the study's runs (all horizons)."""
+  """Moves every start of an excluded seed out of the study's runs (all horizons), and
+  drops its kept weights (the sweep's starts/): no run starts from them."""
   for h in HORIZONS:
+    shutil.rmtree(os.path.join(STARTS, family(h), f"sft_seed{seed}"), ignore_errors=True)
     src = os.path.join(RUNS, family(h), f"sft_seed{seed}")
     if os.path.isdir(src):
       dst = os.path.join(EXCLUDED, family(h), f"sft_seed{seed}")
