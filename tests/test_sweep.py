@@ -4,6 +4,7 @@ and a tiny real sweep end to end: runs, published result files, skip on re-run, 
 import csv
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -117,7 +118,6 @@ def test_an_rl_run_from_a_kept_start_is_the_run_from_the_trained_one(tmp_path):
   first = (out / "grpo_seed0" / "metrics.jsonl").read_text()
   # A fresh machine (no runs/) with the RL run still to do: its start is restored, not
   # trained again, and the RL run writes the same numbers.
-  import shutil
   shutil.rmtree(tmp_path / "runs")
   shutil.rmtree(out / "grpo_seed0")
   assert sweep.main(argv) == 0
@@ -235,7 +235,6 @@ def test_a_kept_start_is_restored_byte_for_byte_on_a_machine_without_it(tmp_path
   s._publish(s.runs[0])
   kept = tmp_path / "reports" / "st" / "starts" / "sft_seed0"
   assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == sorted(files)
-  import shutil
   shutil.rmtree(tmp_path / "runs")  # a fresh machine: the committed reports alone
   assert sweep.Sweep(args)._sft_ready("sft_seed0")
   assert {f: (work / f).read_bytes() for f in files} == files
@@ -251,6 +250,5 @@ def test_a_start_is_kept_only_when_asked_and_restored_only_when_its_run_finished
   kept = tmp_path / "reports" / "st" / "starts" / "sft_seed0"
   _fake_start(kept)  # a kept copy whose run is not DONE (its files not published)
   os.remove(tmp_path / "reports" / "st" / "runs" / "sft_seed0" / "DONE")
-  import shutil
   shutil.rmtree(tmp_path / "runs")
   assert not sweep.Sweep(sweep.parse_args(argv + ["--keep-starts"]))._sft_ready("sft_seed0")

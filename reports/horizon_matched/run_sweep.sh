@@ -13,7 +13,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 JOBS=${JOBS:-2}
-FAMILIES=keydoor_matched_h4,keydoor_matched_h16,keydoor_matched_h48
 BAND=reports/horizon_matched/sft_band.py
 # The inclusion rule moves an excluded seed's starts to sft_excluded/ (and drops its kept
 # weights): committed at once.
