@@ -420,7 +420,8 @@ def results_text(shown: list[str], rows: list[dict[str, Any]], name: str,
 
 
 def markdown(name: str, study_dir: str, runs: list[Run], unfinished: list[str],
-             rows: list[dict[str, Any]], plots: Sequence[str] = PLOTS) -> str:
+             rows: list[dict[str, Any]], plots: Sequence[str] = PLOTS,
+             beside: tuple[dict[str, Any], list[Run]] | None = None) -> str:
   commands = _read_optional(os.path.join(study_dir, "commands.txt"))
   notes = _read_optional(os.path.join(study_dir, "notes.md"))
   tests = confirm.read_tests(study_dir)
@@ -444,19 +445,22 @@ def markdown(name: str, study_dir: str, runs: list[Run], unfinished: list[str],
       f"interval over episodes in `{name}/per_run.csv`.",
       markdown_table(rows),
       *[f"![{captions[os.path.basename(p)]}]({name}/{os.path.basename(p)})" for p in plots],
-      *([] if tests is None else registered_section(name, runs, tests)),
+      *([] if tests is None
+        else registered_section(name, runs, tests, beside)),
       "## Verdict and notes",
       notes.rstrip() if notes is not None else f"No notes yet (`{name}/notes.md` is absent).",
   ]
   return "\n\n".join(parts) + "\n"
 
 
-def registered_section(name: str, runs: list[Run], tests: dict[str, Any]) -> list[str]:
-  """The registered tests and the sample-efficiency summaries (`studies.confirm`)."""
+def registered_section(name: str, runs: list[Run], tests: dict[str, Any],
+                       beside: tuple[dict[str, Any], list[Run]] | None) -> list[str]:
+  """The registered tests, the sample-efficiency summaries and the study beside this one
+  (`studies.confirm`)."""
   return ["## Registered tests and sample efficiency",
           f"From `{name}/tests.json` (registered before the runs) and the runs, as "
           f"`{name}/{confirm.CONFIRM_FILE}` also has them with every run's code commit.",
-          "\n".join(confirm.summary_lines(runs, tests)).rstrip()]
+          "\n".join(confirm.summary_lines(runs, tests, beside=beside)).rstrip()]
 
 
 # ----------------------------------------------------------------------------- main
@@ -470,6 +474,7 @@ class Study:
   runs: list[Run]
   unfinished: list[str]
   rows: list[dict[str, Any]]
+  beside: tuple[dict[str, Any], list[Run]] | None  # the study its page shows beside it
 
   @property
   def study_dir(self) -> str:
@@ -481,7 +486,8 @@ def load_study(reports_dir: str, name: str) -> Study:
   if not os.path.isdir(runs_dir):
     raise SystemExit(f"no runs directory {runs_dir}")
   runs, unfinished = load_runs(runs_dir)
-  return Study(reports_dir, name, runs, unfinished, summarize(runs))
+  return Study(reports_dir, name, runs, unfinished, summarize(runs),
+               confirm.read_beside(os.path.join(reports_dir, name)))
 
 
 def text_files(study: Study) -> dict[str, str]:
@@ -492,13 +498,13 @@ def text_files(study: Study) -> dict[str, str]:
   d = study.study_dir
   per_run = [per_run_row(r) for r in table_order(study.runs)]
   page = markdown(study.name, d, study.runs, study.unfinished, study.rows,
-                  figure_names(study.rows))
+                  figure_names(study.rows), study.beside)
   out = {os.path.join(d, "summary.csv"): csv_text(study.rows),
          os.path.join(d, "per_run.csv"): csv_text(per_run, PER_RUN_COLUMNS),
          os.path.join(study.reports_dir, f"{study.name}.md"): page}
   tests = confirm.read_tests(d)
   if tests is not None:
-    out[os.path.join(d, confirm.CONFIRM_FILE)] = confirm.build(study.runs, tests)
+    out[os.path.join(d, confirm.CONFIRM_FILE)] = confirm.build(study.runs, tests, study.beside)
   return out
 
 

@@ -2,6 +2,7 @@
 p (against scipy's values, computed offline), Holm's adjustment (worked by hand), the
 curve's area and the interactions to a target, and one page from synthetic runs."""
 
+import json
 import math
 
 import pytest
@@ -38,20 +39,21 @@ def test_curve_mean_and_interactions_to_a_target():
   assert confirm.to_reach(pts, 0.7) == math.inf
 
 
-def _run(method, seed, successes, steps_per_eval=100, oracle=None, auc=(0.5, 0.5)):
-  """An RL run evaluated at steps 0, 8, 16 on tasks 0-3 (sampled), final at 16; `auc`: the
-  decisive-step AUC logged at iterations 8 and 16 (and the Spearman, 0.5 below it)."""
+def _run(method, seed, successes, steps_per_eval=100, oracle=None, auc=(0.5, 0.5),
+         at=(0, 8, 16)):
+  """An RL run evaluated at steps `at` on tasks 0-3 (sampled), final at the last; `auc`: the
+  decisive-step AUC logged at the other two (and the Spearman, 0.5 below it)."""
   episodes, steps = {}, {}
-  for i, (step, wins) in enumerate(zip((0, 8, 16), successes)):
+  for i, (step, wins) in enumerate(zip(at, successes)):
     episodes[("eval_sampled", step)] = {("test", k): Episode(int(k < wins), 5, 0.0)
                                         for k in range(4)}
     steps[step] = {"perf/env_steps_total": float(i * steps_per_eval),
                    "eval_sampled/success": wins / 4}
-  for step, a in zip((8, 16), auc):
+  for step, a in zip(at[1:], auc):
     steps[step] |= {"credit/decisive_auc": a, "credit/spearman": a - 0.5}
-  steps[16] |= {"eval_oracle/prob": oracle if oracle is not None else successes[-1] / 4,
-                "eval/success": 0.5}
-  episodes[("eval", 16)] = {("test", k): Episode(int(k < 2), 5, 0.0) for k in range(4)}
+  steps[at[-1]] |= {"eval_oracle/prob": oracle if oracle is not None else successes[-1] / 4,
+                    "eval/success": 0.5}
+  episodes[("eval", at[-1])] = {("test", k): Episode(int(k < 2), 5, 0.0) for k in range(4)}
   config = {"env": {"kwargs": {"horizon": 4}},
             "provenance": {"git_commit": "abc123def4567", "git_dirty": seed == 1}}
   return Run(f"{method}_seed{seed}", method, seed, config, steps, "fam", episodes)
@@ -76,3 +78,33 @@ def test_page_pairs_by_seed_and_flags_unclean_trees():
   for name, mean in (("decisive_auc", "0.650 ["), ("credit_spearman", "0.150 [")):
     cell = csa.split(" | ")[table.split(" | ").index(name)]
     assert cell.startswith(mean) and "vs GRPO -0.100 [" in cell, (name, cell)
+
+
+def test_a_study_beside_another_pairs_within_each_and_names_their_iterations(tmp_path):
+  mine = [_run("grpo", s, (1, 2, 2)) for s in range(2)]
+  mine += [_run("csa", s, (1, 2, 3)) for s in range(2)]  # +1 task each seed: +0.25
+  # The other study's runs stop at iteration 8.
+  theirs = [_run("grpo", s, (1, 1, 1), at=(0, 4, 8)) for s in range(3)]
+  theirs += [_run("csa", s, (1, 1, 1 + s), at=(0, 4, 8)) for s in range(3)]  # 0, +.25, +.5
+  spec = {"study": "other", "this": "matched", "that": "fixed", "metric": "sampled_success",
+          "comparisons": [["csa", "grpo"]]}
+  lines = confirm.beside_lines(mine, (spec, theirs))
+  assert lines[0] == "## Beside `other`: matched and fixed (sampled_success)"
+  head = next(line for line in lines if line.startswith("| comparison"))
+  assert head.split(" | ")[2:6] == ["matched: seeds", "matched: iterations",
+                                    "matched: difference", "matched: +:-"]
+  row = next(line for line in lines if line.startswith("| csa - grpo | 4 |"))
+  # Mine: +0.25 on both seeds. Theirs: 0, +0.25, +0.5, mean 0.25, SD 0.25, t(2) = 4.303:
+  # half-width 4.303 * 0.25 / sqrt(3) = 0.621.
+  assert row.split(" | ")[2:] == ["2", "16", "+0.250 [+0.250, +0.250]", "2:0", "3", "8",
+                                  "+0.250 [-0.371, +0.871]", "2:0 |"]
+  # A named study must exist; its file must say what it compares.
+  study = tmp_path / "mine"
+  study.mkdir()
+  (study / confirm.BESIDE_FILE).write_text(json.dumps(spec))
+  with pytest.raises(SystemExit, match="names the study 'other', whose runs"):
+    confirm.read_beside(str(study))
+  (study / confirm.BESIDE_FILE).write_text(json.dumps({"study": "other"}))
+  with pytest.raises(SystemExit, match="missing comparisons, metric, that, this"):
+    confirm.read_beside(str(study))
+  assert confirm.read_beside(str(tmp_path)) is None
