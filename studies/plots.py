@@ -15,11 +15,12 @@ import numpy as np
 
 from studies.runs import (REFERENCES, SAMPLED, SFT, Run, csv_cell, final_rate, group_label,
                           group_runs, order_methods)
-from studies.confirm import curve_by_step
-from studies.stats import NAN, RATE, band, paired_deltas, smooth
+from studies.confirm import Beside, beside_deltas, curve_by_step
+from studies.stats import DIFF, NAN, RATE, band, mean_ci, paired_deltas, smooth
 
 PLOTS = ("learning_curves.png", "training_curves.png", "final_success.png")
 HORIZON_PLOT = "delta_vs_grpo_by_horizon.png"
+BESIDE_PLOT = "beside_by_horizon.png"
 SMOOTH_ITERS = 5  # moving-average window of the training curves, in iterations
 
 
@@ -231,17 +232,62 @@ def plot_vs_horizon(rows: list[dict[str, Any]], png: str) -> None:
   plt.close(fig)
 
 
-def figure_names(rows: list[dict[str, Any]]) -> list[str]:
-  """The figures `write_plots` draws for these summary rows: the three, and the difference
-  to GRPO against the horizon where a method other than GRPO has one at some horizon."""
+def plot_beside(runs: list[Run], beside: Beside, png: str) -> None:
+  """A panel per comparison of `beside.json`: its paired difference against the horizon in
+  this study (solid) and in the one it names (dashed), 95% CI whiskers over seeds."""
+  plt = pyplot()
+  spec, data = beside[0], beside_deltas(runs, beside)
+  comps = list(dict.fromkeys((a, b) for a, b, _, _ in data))
+  fig, axes = plt.subplots(1, max(1, len(comps)), figsize=(4.0 * max(1, len(comps)), 4.0),
+                           dpi=120, squeeze=False)
+  studies = ((spec["this"], "-", "o", "tab:blue"),
+             (f"{spec['that']} ({spec['study']})", "--", "s", "tab:orange"))
+  for ax, (a, b) in zip(axes[0], comps):
+    pts = [(h, per) for a2, b2, h, per in data if (a2, b2) == (a, b) and h is not None]
+    for j, (label, ls, marker, color) in enumerate(studies):
+      stats = [(h * math.exp(0.04 * (j - 0.5)), *mean_ci(per[j][0], bounds=DIFF))
+               for h, per in pts]
+      if not stats:
+        continue
+      x, y, lo, hi = (np.array(v, np.float64) for v in zip(*stats))
+      ok = np.isfinite(y)
+      ax.plot(x[ok], y[ok], ls=ls, marker=marker, color=color, lw=1.4, label=label)
+      ok &= np.isfinite(lo) & np.isfinite(hi)
+      ax.errorbar(x[ok], y[ok], yerr=[y[ok] - lo[ok], hi[ok] - y[ok]], fmt="none",
+                  ecolor=color, capsize=3, lw=1.2)
+    horizons = sorted(h for h, _ in pts)
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xticks(horizons, [csv_cell(h) for h in horizons])
+    ax.minorticks_off()
+    if horizons:
+      ax.set_xlim(horizons[0] / 1.4, horizons[-1] * 1.4)
+    ax.set_title(f"{a} - {b}", fontsize=9)
+    ax.set_xlabel("horizon (log scale)")
+    ax.grid(alpha=0.3)
+  axes[0][0].set_ylabel(f"{spec['metric']} difference, paired by seed")
+  axes[0][0].legend(fontsize=8, loc="best")
+  fig.suptitle(f"this study beside {spec['study']} (mean over seeds, 95% CI)", fontsize=10)
+  fig.tight_layout()
+  fig.savefig(png, metadata={"Software": None})
+  plt.close(fig)
+
+
+def figure_names(rows: list[dict[str, Any]], beside: bool = False) -> list[str]:
+  """The figures `write_plots` draws for these summary rows: the three, the difference to
+  GRPO against the horizon where a method other than GRPO has one at some horizon, and
+  the study beside this one where one is named."""
   vs_horizon = any(r["horizon"] is not None and np.isfinite(r.get("delta_vs_grpo_mean", NAN))
                    and r["method"] != "grpo" for r in rows)
-  return list(PLOTS) + ([HORIZON_PLOT] if vs_horizon else [])
+  return (list(PLOTS) + ([HORIZON_PLOT] if vs_horizon else [])
+          + ([BESIDE_PLOT] if beside else []))
 
 
-def write_plots(runs: list[Run], rows: list[dict[str, Any]], out_dir: str) -> list[str]:
-  """The three figures (a row or panel per group) and, where the runs have a horizon and
-  GRPO ran, the difference to GRPO against the horizon; returns their paths."""
+def write_plots(runs: list[Run], rows: list[dict[str, Any]], out_dir: str,
+                beside: Beside | None = None) -> list[str]:
+  """The three figures (a row or panel per group), where the runs have a horizon and GRPO
+  ran the difference to GRPO against the horizon, and the study `beside` this one where one
+  is named; returns their paths."""
   groups = group_runs(runs)
   keys = list(groups)
   curves, training, finals = [], [], []
@@ -261,13 +307,15 @@ def write_plots(runs: list[Run], rows: list[dict[str, Any]], out_dir: str) -> li
     per_seed = {m: paired_deltas({r.seed: final_rate(r, SAMPLED)[0] for r in by_method[m]},
                                  sft) for m in methods}
     finals.append((label, [r for r in rows if (r["family"], r["horizon"]) == key], per_seed))
-  paths = [os.path.join(out_dir, p) for p in figure_names(rows)]
+  paths = [os.path.join(out_dir, p) for p in figure_names(rows, beside is not None)]
   _curve_plot(curves, paths[0], ylabel="held-out success (sampled)",
               title="held-out success vs env interactions (mean over seeds, 95% CI)")
   _curve_plot(training, paths[1], ylabel="training-rollout success",
               title=f"training rollouts ({SMOOTH_ITERS}-iteration moving average, 95% CI)")
   plot_final(finals, paths[2])
-  if len(paths) > len(PLOTS):
-    plot_vs_horizon(rows, paths[-1])
+  if HORIZON_PLOT in map(os.path.basename, paths):
+    plot_vs_horizon(rows, os.path.join(out_dir, HORIZON_PLOT))
+  if beside is not None:
+    plot_beside(runs, beside, os.path.join(out_dir, BESIDE_PLOT))
   return paths
 

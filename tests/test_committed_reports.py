@@ -86,8 +86,9 @@ def test_page_and_tables_regenerate(name):
 @pytest.mark.parametrize("name", REPORT_STUDIES)
 def test_figures_regenerate(name, tmp_path):
   study = report.load_study(REPORTS, name)
-  pngs = plots.write_plots(study.runs, study.rows, str(tmp_path))
-  assert [os.path.basename(p) for p in pngs] == plots.figure_names(study.rows)
+  pngs = plots.write_plots(study.runs, study.rows, str(tmp_path), study.beside)
+  assert [os.path.basename(p) for p in pngs] == plots.figure_names(study.rows,
+                                                                   study.beside is not None)
   for png in pngs:
     with open(png, "rb") as f:
       assert_same(os.path.join(REPORTS, name, os.path.basename(png)), f.read(),

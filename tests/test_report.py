@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from studies import plots, report, runs
+from studies import confirm, plots, report, runs
 from tests.test_stats import sign_p_ref, wilson_ref
 
 SEEDS = (0, 1, 2)
@@ -555,6 +555,26 @@ def test_horizon_regeneration_is_byte_for_byte(horizon_study, tmp_path):
     (copy / n).unlink()
   report.write_report(str(copy), "hz")
   assert {n: (copy / n).read_bytes() for n in names} == before
+
+
+def test_a_study_beside_itself_shows_the_same_differences_twice(horizon_study, tmp_path):
+  import shutil
+  reports, _, _ = horizon_study
+  copy = tmp_path / "r"
+  shutil.copytree(reports, copy)
+  (copy / "hz" / confirm.TESTS_FILE).write_text(json.dumps({"families": []}))
+  (copy / "hz" / confirm.BESIDE_FILE).write_text(json.dumps(
+      {"study": "hz", "this": "here", "that": "there", "metric": "sampled_success",
+       "comparisons": [["csa_state", "grpo"]]}))
+  report.write_report(str(copy), "hz")
+  md = (copy / "hz.md").read_text()
+  assert "### Beside `hz`: here and there (sampled_success)" in md
+  rows = [l.split(" | ") for l in md.splitlines() if l.startswith("| csa_state - grpo | ")]
+  assert [r[1] for r in rows] == ["4", "16"]
+  for r in rows:
+    assert r[2:6] == r[6:9] + [r[9].removesuffix(" |")] and r[2] != "0"
+  assert (copy / "hz" / plots.BESIDE_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert f"({'hz'}/{plots.BESIDE_PLOT})" in md
 
 
 def test_a_run_whose_start_ran_other_tasks_is_an_error(horizon_study, tmp_path):
