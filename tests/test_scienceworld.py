@@ -253,6 +253,7 @@ def test_closing_after_the_engine_died_leaves_no_proxy_reaching_for_it(caplog):
   # A Java proxy collected after its JVM died must not try to connect: py4j would log a
   # traceback from inside the garbage collector, wherever it runs.
   import gc  # pylint: disable=g-import-not-at-top
+  import logging  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
   from py4j.protocol import Py4JNetworkError  # pylint: disable=g-import-not-at-top
   e = make_env("scienceworld", task=[QUICK_TASKS[0]], step_limit=50)
@@ -266,4 +267,6 @@ def test_closing_after_the_engine_died_leaves_no_proxy_reaching_for_it(caplog):
   caplog.clear()
   del proxy
   gc.collect()
-  assert [r.getMessage() for r in caplog.records if r.name.startswith("py4j")] == []
+  # What the live engines of other tests log (commands, at DEBUG) is no harm: a traceback is.
+  assert [r.getMessage() for r in caplog.records
+          if r.name.startswith("py4j") and (r.exc_info or r.levelno >= logging.WARNING)] == []
