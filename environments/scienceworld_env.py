@@ -338,10 +338,16 @@ class ScienceWorldTextEnv(TextEnv):
     if proc is None:
       return
     self._proc = None
-    try:
-      self._gateway.shutdown()
-    except Exception:  # pylint: disable=broad-except
-      pass  # the JVM may already be gone; it is reaped below either way
+    if proc.poll() is None:
+      try:
+        self._gateway.shutdown()
+      except Exception:  # pylint: disable=broad-except
+        pass  # the JVM may have died meanwhile; it is reaped below either way
+    # py4j marks its client disconnected only after a shutdown the JVM answered. Left
+    # connected to a dead JVM, every Java proxy that is garbage collected later tries to
+    # connect and logs a traceback from inside the collector, wherever it runs (inside an
+    # ast.parse, on Python 3.11, that corrupts the parser's state: SystemError).
+    self._gateway._gateway_client.is_connected = False  # pylint: disable=protected-access
     if proc.poll() is None:
       try:
         proc.stdin.write(b"\n")  # py4j's launcher exits on a newline from stdin

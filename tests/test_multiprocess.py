@@ -143,6 +143,10 @@ def _state(workdir, sub="checkpoints"):
   return tree, meta
 
 
+# The trainer's runs across two processes are slow (their shared run 1.5-2.5 min, the kill
+# and resume 2-2.5 min more): `make test-slow` runs them. The default suite keeps the
+# primitives across two processes and the one-line refusals.
+@pytest.mark.slow
 def test_two_processes_sft_rl_eval_checkpoint(runs):
   work, out = runs.two_dir, runs.two_out
   # Both processes ran the program: each printed the (global) held-out table.
@@ -179,8 +183,6 @@ def test_two_processes_sft_rl_eval_checkpoint(runs):
   assert len(meta["rollout_keys"]) == 2 and meta["rollout_keys"][0] != meta["rollout_keys"][1]
 
 
-# Slow (a third training run, 1-1.5 min): the default suite keeps the two tests that show
-# several processes work (the 2-process run, and kill + resume); `make test-slow` runs this.
 @pytest.mark.slow
 def test_one_process_8_devices_gives_the_same_held_out_success(runs):
   """The same run on one process (its own code path: one sampler over the whole mesh, one
@@ -208,6 +210,7 @@ def test_one_process_8_devices_gives_the_same_held_out_success(runs):
   assert dist / np.sqrt(sum((x ** 2).sum() for x in la)) < 1e-5
 
 
+@pytest.mark.slow
 def test_both_processes_killed_after_a_checkpoint_resume_bitwise(runs):
   work = runs.root / "killed"
   sets = [f"sft.init_from={runs.two_dir}"]

@@ -247,3 +247,26 @@ def test_expert_wins_every_task_of_each_split(split):
         failures.append((task, e.task_variation(split, idx), r.info.extra["score"],
                          e.last_expert_invalid_steps))
   assert not failures
+
+
+def test_closing_after_the_engine_died_leaves_no_proxy_reaching_for_it(caplog):
+  # A Java proxy collected after its JVM died must not try to connect: py4j would log a
+  # traceback from inside the garbage collector, wherever it runs.
+  import gc  # pylint: disable=g-import-not-at-top
+  import logging  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  from py4j.protocol import Py4JNetworkError  # pylint: disable=g-import-not-at-top
+  e = make_env("scienceworld", task=[QUICK_TASKS[0]], step_limit=50)
+  proxy = e._gateway.jvm.java.util.ArrayList()
+  os.kill(e._proc.pid, signal.SIGKILL)
+  e._proc.wait(timeout=10)
+  with pytest.raises(Py4JNetworkError):  # the call that finds the engine gone (a step's)
+    proxy.size()
+  e.close()
+  caplog.set_level("DEBUG", logger="py4j")
+  caplog.clear()
+  del proxy
+  gc.collect()
+  # What the live engines of other tests log (commands, at DEBUG) is no harm: a traceback is.
+  assert [r.getMessage() for r in caplog.records
+          if r.name.startswith("py4j") and (r.exc_info or r.levelno >= logging.WARNING)] == []
