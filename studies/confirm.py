@@ -134,7 +134,7 @@ def run_values(run: Run, sft: Run | None) -> dict[str, float]:
          "greedy_success": final_rate(run, "eval")[0],
          "right_prob": run.final.get("eval_oracle/prob", NAN),
          "curve_mean": curve_mean(pts),
-         "to_sft_plus_10": to_reach(pts, start + GAIN) if pts else NAN,
+         "to_sft_plus_10": to_reach(pts, start + GAIN) if len(pts) > 1 else NAN,
          "decisive_auc": over_iterations(run, "credit/decisive_auc"),
          "credit_spearman": over_iterations(run, "credit/spearman")}
   for k in ROW_KEYS:
@@ -222,8 +222,9 @@ def family_lines(values: dict, fam: dict[str, Any], heading: str = "##") -> list
 
 
 def _reached_cell(values: list[float]) -> str:
-  """Interactions to the target over the seeds that reached it, and how many did."""
-  got = [v for v in values if np.isfinite(v)]
+  """Interactions to the target over the seeds that reached it, and how many did (of the
+  seeds with a curve: inf is a seed that never reached it, NaN one without a curve)."""
+  got = [v for v in values if not math.isnan(v)]
   reached = sum(v != math.inf for v in got)
   cell = _ci([v for v in got if v != math.inf], 0, signed=False, bounds=POSITIVE)
   return f"{cell} ({reached}/{len(got)} reached)".lstrip() if got else ""

@@ -108,3 +108,11 @@ def test_a_study_beside_another_pairs_within_each_and_names_their_iterations(tmp
   with pytest.raises(SystemExit, match="missing comparisons, metric, that, this"):
     confirm.read_beside(str(study))
   assert confirm.read_beside(str(tmp_path)) is None
+
+
+def test_interactions_to_the_target_count_the_seeds_that_never_reached_it():
+  # Two seeds reached it (100 and 300 interactions), one never did, one has no curve. Mean
+  # 200, SD 141.4, t(1) = 12.706: 200 -+ 1270.6, cut at 0 (interactions are not negative).
+  assert confirm._reached_cell([100.0, math.inf, 300.0, math.nan]) == "200 [0, 1471] (2/3 reached)"
+  assert confirm._reached_cell([math.inf, math.inf]) == "(0/2 reached)"
+  assert confirm._reached_cell([math.nan]) == ""
