@@ -16,8 +16,8 @@ which shows the same tables but the last):
   95% Student-t interval over seeds, the seeds of each sign, the two-sided paired t-test's
   p and its Holm-adjusted p within the family (familywise error 0.05);
 - per (horizon, method), seed-level intervals of the exploratory summaries: the final
-  right-key probability (`eval_oracle/prob`, where runs computed it), the sample-efficiency
-  summary (the area under the held-out sampled curve over the tasks every evaluation
+  sampled and greedy success, the right-key probability (`eval_oracle/prob`, where runs
+  computed it), the sample-efficiency summary (the area under the held-out sampled curve over the tasks every evaluation
   shares, divided by the interactions it spans: the run's average held-out success) and
   the interactions to reach its SFT start + 10 points, the credit criterion (the means over
   iterations of the training rollouts' `credit/decisive_auc` and `credit/spearman`), the
@@ -192,7 +192,8 @@ def _values(runs: list[Run]) -> tuple[dict, dict]:
 INTRO = ("Paired by seed (each pair shares its SFT start). Headline: mean difference over "
          "seeds with its 95% Student-t interval; p: two-sided paired t-test over seeds; "
          "Holm: adjusted within the family (familywise error 0.05).")
-EXPLORATORY = ("curve_mean: the area under the held-out sampled curve (the tasks every "
+EXPLORATORY = ("greedy_success: the final held-out success with greedy actions; "
+               "curve_mean: the area under the held-out sampled curve (the tasks every "
                "evaluation ran, the SFT start at 0) over the interactions it spans; "
                "to_sft_plus_10: interactions until the curve first reaches its start + 10 "
                "points (inf: never; its interval is over the seeds that reached it); "
@@ -233,8 +234,8 @@ def _reached_cell(values: list[float]) -> str:
 def exploratory_lines(by: dict, values: dict, heading: str = "##") -> list[str]:
   """Per (horizon, method) the exploratory summaries with seed-level intervals, and each
   method's paired difference to GRPO."""
-  metrics = ("sampled_success", "right_prob", "curve_mean", "to_sft_plus_10", "decisive_auc",
-             "credit_spearman", *ROW_KEYS)
+  metrics = ("sampled_success", "greedy_success", "right_prob", "curve_mean", "to_sft_plus_10",
+             "decisive_auc", "credit_spearman", *ROW_KEYS)
   lines = [f"{heading} Exploratory: per method, and paired against GRPO", "", EXPLORATORY, ""]
   rows = []
   for h in sorted({k[0] for k in by}, key=lambda v: (v is not None, v or 0)):
