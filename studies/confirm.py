@@ -17,9 +17,9 @@ which shows the same tables but the last):
   p and its Holm-adjusted p within the family (familywise error 0.05);
 - per (horizon, method), seed-level intervals of the exploratory summaries: the final
   sampled and greedy success, the right-key probability (`eval_oracle/prob`, where runs
-  computed it), the sample-efficiency summary (the area under the held-out sampled curve over the tasks every evaluation
-  shares, divided by the interactions it spans: the run's average held-out success) and
-  the interactions to reach its SFT start + 10 points, the credit criterion (the means over
+  computed it), the sample-efficiency summary (the area under the held-out sampled curve
+  over the tasks every evaluation shares, divided by the interactions it spans: the run's
+  average held-out success) and the interactions to reach its SFT start + 10 points, the credit criterion (the means over
   iterations of the training rollouts' `credit/decisive_auc` and `credit/spearman`), the
   train-step means of the decisive and routine rows (`rows/`, where logged), and the same
   paired against GRPO;
