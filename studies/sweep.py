@@ -31,8 +31,11 @@ work directory restores it from there instead of training it again: a study that
 several sessions, each on a fresh machine, trains each start once. The copy is byte for
 byte, so an RL run from a restored start is the run it would have been.
 
-Cost: each attempt's wall and CPU seconds (the run's process and its children) are appended
-to `runs/sweeps/NAME/costs.jsonl`.
+Cost: each attempt's wall and CPU seconds (the run's process and its children) and the UTC
+time it ended are appended to `reports/NAME/costs.jsonl`, committed with the runs
+(`--commit`: a finished run's line with its files, a failed attempt's at once), so a
+study's cost outlives the machines that ran it. An attempt killed with the sweep writes
+none.
 
 Parallelism: `--jobs` runs at once (default 2, one per core), each process limited to one
 XLA CPU thread; JAX's persistent compilation cache (`runs/sweeps/NAME/jax_cache`) lets
@@ -111,6 +114,7 @@ class Sweep:
     self.args = args
     self.work_root = os.path.join(args.runs_dir, "sweeps", args.name)
     self.report_root = os.path.join(args.reports_dir, args.name, "runs")
+    self.costs_path = os.path.join(args.reports_dir, args.name, "costs.jsonl")
     os.makedirs(self.work_root, exist_ok=True)
     os.makedirs(self.report_root, exist_ok=True)
     methods = [m for m in args.methods.split(",") if m]
@@ -191,11 +195,14 @@ class Sweep:
       _, status, usage = os.wait4(proc.pid, 0)
       proc.returncode = rc = os.waitstatus_to_exitcode(status)
     cost = {"run": run.name, "rc": rc, "wall_s": round(time.time() - t0, 1),
-            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1)}
-    with open(os.path.join(self.work_root, "costs.jsonl"), "a") as f:
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+            "end": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with _GIT_LOCK, open(self.costs_path, "a") as f:  # one line each, never torn by a commit
       f.write(json.dumps(cost) + "\n")
     if rc == 0:
       self._publish(run)
+    elif self.args.commit:  # at once: a changed tracked file would make the next run unclean
+      commit_paths([self.costs_path], f"sweep {self.args.name}: {run.name} failed (its cost)")
     return run, rc, time.time() - t0
 
   def _publish(self, run: Run) -> None:
@@ -209,7 +216,7 @@ class Sweep:
       os.makedirs(os.path.dirname(os.path.join(dst, f)), exist_ok=True)
       shutil.copy(os.path.join(src, f), os.path.join(dst, f))
     open(os.path.join(dst, "DONE"), "w").close()
-    paths = [dst]
+    paths = [dst, self.costs_path]
     if self.args.keep_starts and run.needs is None and not run.prompted:
       copy_start(src, self._kept(run.name))
       paths.append(self._kept(run.name))

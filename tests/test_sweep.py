@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -252,3 +253,30 @@ def test_a_start_is_kept_only_when_asked_and_restored_only_when_its_run_finished
   os.remove(tmp_path / "reports" / "st" / "runs" / "sft_seed0" / "DONE")
   shutil.rmtree(tmp_path / "runs")
   assert not sweep.Sweep(sweep.parse_args(argv + ["--keep-starts"]))._sft_ready("sft_seed0")
+
+
+def test_each_attempt_costs_a_line_committed_with_the_runs(tmp_path, monkeypatch):
+  """The work directory goes with the machine, so an attempt's cost lives beside the study's
+  runs: a finished run's line is committed with its files, a failed attempt's at once (a
+  tracked file left changed would make every later run record an unclean tree)."""
+  committed = []
+  monkeypatch.setattr(sweep, "commit_paths", lambda paths, msg: committed.append(paths))
+  args = sweep.parse_args(["--family", "keydoor_h4", "--methods", "", "--seeds", "2",
+                           "--name", "st", "--runs-dir", str(tmp_path / "runs"),
+                           "--reports-dir", str(tmp_path / "reports"), "--commit"])
+  sw = sweep.Sweep(args)
+  fail, ok = sw.runs
+  writes = ("import os, sys; d = sys.argv[1]; os.makedirs(d, exist_ok=True); "
+            "[open(os.path.join(d, f), 'w').write('{}') for f in ('metrics.jsonl', 'config.json')];"
+            " sum(range(3_000_000))")
+  monkeypatch.setattr(sw, "command", lambda run: (
+      [sys.executable, "-c", "raise SystemExit(3)"] if run is fail
+      else [sys.executable, "-c", writes, os.path.join(sw.work_root, run.name)]))
+  costs = tmp_path / "reports" / "st" / "costs.jsonl"
+  assert sw.execute(fail)[1] == 3 and committed == [[str(costs)]]
+  assert sw.execute(ok)[1] == 0
+  lines = [json.loads(line) for line in costs.read_text().splitlines()]
+  assert [(c["run"], c["rc"]) for c in lines] == [(fail.name, 3), (ok.name, 0)]
+  assert lines[1]["cpu_s"] > 0 and lines[1]["wall_s"] >= lines[1]["cpu_s"] * 0.5
+  assert all(c["end"].endswith("Z") and c["end"].startswith("20") for c in lines)
+  assert committed[1:] == [[str(tmp_path / "reports" / "st" / "runs" / ok.name), str(costs)]]
