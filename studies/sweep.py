@@ -197,15 +197,23 @@ class Sweep:
     cost = {"run": run.name, "rc": rc, "wall_s": round(time.time() - t0, 1),
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
             "end": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    with _GIT_LOCK, open(self.costs_path, "a") as f:  # one line each, never torn by a commit
-      f.write(json.dumps(cost) + "\n")
     if rc == 0:
-      self._publish(run)
-    elif self.args.commit:  # at once: a changed tracked file would make the next run unclean
-      commit_paths([self.costs_path], f"sweep {self.args.name}: {run.name} failed (its cost)")
+      self._publish(run, cost)
+    else:
+      self._record_cost(cost, [], f"sweep {self.args.name}: {run.name} failed (its cost)")
     return run, rc, time.time() - t0
 
-  def _publish(self, run: Run) -> None:
+  def _record_cost(self, cost: dict, paths: list[str], message: str) -> None:
+    """Appends the attempt's cost line and commits it with `paths` in one hold of the git
+    lock: costs.jsonl is tracked, so the shorter it stays changed, the less chance a run
+    starting meanwhile records an unclean tree."""
+    with _GIT_LOCK:
+      with open(self.costs_path, "a") as f:
+        f.write(json.dumps(cost) + "\n")
+      if self.args.commit:
+        commit_paths(paths + [self.costs_path], message)
+
+  def _publish(self, run: Run, cost: dict) -> None:
     """Copies the run's small result files to reports/ and marks it DONE."""
     src = os.path.join(self.work_root, run.name)
     dst = os.path.join(self.report_root, run.name)
@@ -216,12 +224,11 @@ class Sweep:
       os.makedirs(os.path.dirname(os.path.join(dst, f)), exist_ok=True)
       shutil.copy(os.path.join(src, f), os.path.join(dst, f))
     open(os.path.join(dst, "DONE"), "w").close()
-    paths = [dst, self.costs_path]
+    paths = [dst]
     if self.args.keep_starts and run.needs is None and not run.prompted:
       copy_start(src, self._kept(run.name))
       paths.append(self._kept(run.name))
-    if self.args.commit:
-      commit_paths(paths, f"sweep {self.args.name}: {run.name}")
+    self._record_cost(cost, paths, f"sweep {self.args.name}: {run.name}")
 
   def run(self) -> int:
     todo = [r for r in self.runs if not self.done(r)]
@@ -311,7 +318,7 @@ def copy_start(src: str, dst: str) -> None:
 
 # The jobs' threads commit one at a time: two runs ending together raced for git's index
 # lock, and the loser's files stayed uncommitted.
-_GIT_LOCK = threading.Lock()
+_GIT_LOCK = threading.RLock()  # _record_cost holds it around commit_paths
 
 
 def commit_paths(paths: list[str], message: str, cwd: str = ROOT) -> None:

@@ -233,7 +233,7 @@ def test_a_kept_start_is_restored_byte_for_byte_on_a_machine_without_it(tmp_path
   s = sweep.Sweep(args)
   work = tmp_path / "runs" / "sweeps" / "st" / "sft_seed0"
   files = _fake_start(work)
-  s._publish(s.runs[0])
+  s._publish(s.runs[0], {"run": "sft_seed0", "rc": 0})
   kept = tmp_path / "reports" / "st" / "starts" / "sft_seed0"
   assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == sorted(files)
   shutil.rmtree(tmp_path / "runs")  # a fresh machine: the committed reports alone
@@ -246,7 +246,7 @@ def test_a_start_is_kept_only_when_asked_and_restored_only_when_its_run_finished
           "--runs-dir", str(tmp_path / "runs"), "--reports-dir", str(tmp_path / "reports")]
   s = sweep.Sweep(sweep.parse_args(argv))
   _fake_start(tmp_path / "runs" / "sweeps" / "st" / "sft_seed0")
-  s._publish(s.runs[0])
+  s._publish(s.runs[0], {"run": "sft_seed0", "rc": 0})
   assert not (tmp_path / "reports" / "st" / "starts").exists()
   kept = tmp_path / "reports" / "st" / "starts" / "sft_seed0"
   _fake_start(kept)  # a kept copy whose run is not DONE (its files not published)
