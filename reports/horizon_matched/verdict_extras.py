@@ -19,7 +19,7 @@ import numpy as np
 from scipy import stats
 
 from studies.runs import Run, load_runs, run_scalars
-from studies.stats import mean_ci, paired_deltas
+from studies.stats import mean_ci
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HORIZON_RUNS = os.path.join(os.path.dirname(HERE), "horizon", "runs")
@@ -27,19 +27,21 @@ PAIRS = [("grpo", "sft"), ("csa", "grpo"), ("csa_state", "grpo"), ("csa_state", 
 INVALID = "rollout/invalid_action_frac"
 
 
-def by_horizon(runs: list[Run]) -> dict[int, dict[str, dict[int, Run]]]:
-  """horizon -> method -> seed -> run."""
+def by_horizon(runs: list[Run]) -> dict[int, dict[str, dict[int, dict[str, float]]]]:
+  """horizon -> method -> seed -> the run's scalars (run_scalars, read once), with its last
+  RL iteration's rollout invalid-action fraction."""
   out: dict = {}
   for r in runs:
-    out.setdefault(r.horizon, {}).setdefault(r.method, {})[r.seed] = r
+    v = dict(run_scalars(r), last_rollout_invalid=r.steps[max(r.steps)].get(INVALID, math.nan))
+    out.setdefault(r.horizon, {}).setdefault(r.method, {})[r.seed] = v
   return out
 
 
-def deltas(runs: dict[str, dict[int, Run]], a: str, b: str, key: str) -> dict[int, float]:
+def deltas(runs: dict[str, dict[int, dict[str, float]]], a: str, b: str, key: str
+           ) -> dict[int, float]:
   """Per seed, 100 x (a's `key` - b's), over the seeds both finished."""
-  va = {s: run_scalars(r)[key] for s, r in runs.get(a, {}).items()}
-  vb = {s: run_scalars(r)[key] for s, r in runs.get(b, {}).items()}
-  return {s: 100.0 * (va[s] - vb[s]) for s in sorted(set(va) & set(vb))}
+  va, vb = runs.get(a, {}), runs.get(b, {})
+  return {s: 100.0 * (va[s][key] - vb[s][key]) for s in sorted(set(va) & set(vb))}
 
 
 def power(n: int, effect: float, sd: float) -> float:
@@ -74,19 +76,15 @@ def pair_lines(study: dict[int, dict[str, dict[int, Run]]]) -> None:
             f"80% power at {need}")
 
 
-def invalid_lines(runs: dict[str, dict[int, Run]]) -> None:
-  last = {m: {s: r.steps[max(r.steps)].get(INVALID, math.nan) for s, r in rs.items()}
-          for m, rs in runs.items() if m != "sft"}
-  held = {m: {s: run_scalars(r)["sampled_invalid_action_frac"] for s, r in rs.items()}
-          for m, rs in runs.items() if m != "sft"}
+def invalid_lines(runs: dict[str, dict[int, dict[str, float]]]) -> None:
+  show = lambda m, key: " ".join(f"{s}:{100 * v[key]:.2f}" for s, v in sorted(runs[m].items()))
   for m in ("grpo", "csa", "csa_state"):
-    if m in last:
+    if m in runs:
       print(f"  {m}: last iteration's rollout invalid fraction (%) "
-            + " ".join(f"{s}:{100 * v:.2f}" for s, v in sorted(last[m].items()))
-            + "; held-out sampled (%) "
-            + " ".join(f"{s}:{100 * v:.2f}" for s, v in sorted(held[m].items())))
+            f"{show(m, 'last_rollout_invalid')}; held-out sampled (%) "
+            f"{show(m, 'sampled_invalid_action_frac')}")
   for m in ("csa", "csa_state"):
-    d = paired_deltas(last.get(m, {}), last.get("grpo", {}))
+    d = list(deltas(runs, m, "grpo", "last_rollout_invalid").values())
     if d:
       print(f"  {m} above GRPO on {sum(x > 0 for x in d)} of {len(d)} seeds (rollout, last "
             "iteration)")
