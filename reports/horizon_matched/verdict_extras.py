@@ -8,6 +8,10 @@ from the same run files with the report's helpers (studies/runs.py, studies/stat
   "if the measured H = 48 SD exceeds 10, the verdict names the seeds needed");
 - prediction 2 at H = 48: CSA's training-rollout invalid-action fraction at the last RL
   iteration against GRPO's, per seed (and csa_state's), beside the held-out sampled one;
+- the credit criterion at every horizon (the registered rule: "falsified if CSA's decisive
+  AUC is significantly below GRPO's"): CSA's and csa_state's decisive-step AUC and credit
+  Spearman minus GRPO's, paired by seed, to four decimals with the paired t-test's p (the
+  page rounds to three, where an interval's bound can read -0.000);
 - the two-study comparisons at H = 4 (exploratory): Welch's t-test of this study's per-seed
   CSA - GRPO against the horizon study's, sampled and greedy (the two studies' starts
   differ, so the arms are independent samples)."""
@@ -76,6 +80,19 @@ def pair_lines(study: dict[int, dict[str, dict[int, Run]]]) -> None:
             f"80% power at {need}")
 
 
+def credit_lines(study: dict[int, dict[str, dict[int, dict[str, float]]]]) -> None:
+  for h in sorted(study):
+    for m in ("csa", "csa_state"):
+      for key in ("decisive_auc", "credit_spearman"):
+        d = [v / 100.0 for v in deltas(study[h], m, "grpo", key).values()]
+        if len(d) < 2:
+          continue
+        mean, lo, hi = mean_ci(d)
+        p = float(stats.ttest_1samp(d, 0.0).pvalue)
+        print(f"H = {h} {m} - grpo, {key}: {mean:+.4f} [{lo:+.4f}, {hi:+.4f}], paired t "
+              f"p = {p:.3g} over {len(d)} seeds")
+
+
 def invalid_lines(runs: dict[str, dict[int, dict[str, float]]]) -> None:
   show = lambda m, key: " ".join(f"{s}:{100 * v[key]:.2f}" for s, v in sorted(runs[m].items()))
   for m in ("grpo", "csa", "csa_state"):
@@ -93,6 +110,7 @@ def invalid_lines(runs: dict[str, dict[int, dict[str, float]]]) -> None:
 def main() -> None:
   study = by_horizon(load_runs(os.path.join(HERE, "runs"))[0])
   pair_lines(study)
+  credit_lines(study)
   if 48 in study:
     print("H = 48, invalid actions:")
     invalid_lines(study[48])
