@@ -5,7 +5,8 @@ from the same run files with the report's helpers (studies/runs.py, studies/stat
 - per horizon, each registered pair's per-seed differences of final sampled success (points),
   their mean, 95% t-interval and SD over seeds, and the seeds a two-sided paired t-test at
   alpha 0.05 needs for 80% power at 5 and 10 points with that SD (the power plan's rule:
-  "if the measured H = 48 SD exceeds 10, the verdict names the seeds needed");
+  "if the measured H = 48 SD exceeds 10, the verdict names the seeds needed"), and beside it
+  the SD over seeds of the same pair's final right-key probability (prediction 5);
 - prediction 2 at H = 48: CSA's training-rollout invalid-action fraction at the last RL
   iteration against GRPO's, per seed (and csa_state's), beside the held-out sampled one;
 - the credit criterion at every horizon (the registered rule: "falsified if CSA's decisive
@@ -33,10 +34,11 @@ INVALID = "rollout/invalid_action_frac"
 
 def by_horizon(runs: list[Run]) -> dict[int, dict[str, dict[int, dict[str, float]]]]:
   """horizon -> method -> seed -> the run's scalars (run_scalars, read once), with its last
-  RL iteration's rollout invalid-action fraction."""
+  RL iteration's rollout invalid-action fraction and its final right-key probability."""
   out: dict = {}
   for r in runs:
-    v = dict(run_scalars(r), last_rollout_invalid=r.steps[max(r.steps)].get(INVALID, math.nan))
+    v = dict(run_scalars(r), last_rollout_invalid=r.steps[max(r.steps)].get(INVALID, math.nan),
+             right_prob=r.final.get("eval_oracle/prob", math.nan))
     out.setdefault(r.horizon, {}).setdefault(r.method, {})[r.seed] = v
   return out
 
@@ -75,9 +77,10 @@ def pair_lines(study: dict[int, dict[str, dict[int, Run]]]) -> None:
       m, lo, hi = mean_ci(list(d.values()))
       sd = float(np.std(list(d.values()), ddof=1))
       need = ", ".join(f"{e} points: {seeds_needed(e, sd)} seeds" for e in (5, 10))
+      sd_right = float(np.std(list(deltas(study[h], a, b, "right_prob").values()), ddof=1))
       print(f"H = {h} {a} - {b}: {m:+.1f} [{lo:+.1f}, {hi:+.1f}], SD {sd:.1f} over "
             f"{len(d)} seeds ({' '.join(f'{s}:{v:+.1f}' for s, v in d.items())}); "
-            f"80% power at {need}")
+            f"80% power at {need}; SD of the right-key probability's difference {sd_right:.1f}")
 
 
 def credit_lines(study: dict[int, dict[str, dict[int, dict[str, float]]]]) -> None:
