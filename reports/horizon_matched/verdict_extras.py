@@ -24,7 +24,8 @@ import numpy as np
 from scipy import stats
 
 from studies.runs import Run, load_runs, run_scalars
-from studies.stats import mean_ci
+from studies.confirm import paired_t_p
+from studies.stats import mean_ci, paired_deltas
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HORIZON_RUNS = os.path.join(os.path.dirname(HERE), "horizon", "runs")
@@ -87,11 +88,12 @@ def credit_lines(study: dict[int, dict[str, dict[int, dict[str, float]]]]) -> No
   for h in sorted(study):
     for m in ("csa", "csa_state"):
       for key in ("decisive_auc", "credit_spearman"):
-        d = [v / 100.0 for v in deltas(study[h], m, "grpo", key).values()]
+        d = paired_deltas(*({s: v[key] for s, v in study[h].get(x, {}).items()}
+                            for x in (m, "grpo")))
         if len(d) < 2:
           continue
         mean, lo, hi = mean_ci(d)
-        p = float(stats.ttest_1samp(d, 0.0).pvalue)
+        p = paired_t_p(d)
         print(f"H = {h} {m} - grpo, {key}: {mean:+.4f} [{lo:+.4f}, {hi:+.4f}], paired t "
               f"p = {p:.3g} over {len(d)} seeds")
 
